@@ -1,0 +1,45 @@
+# ftwiz — quick start: `make demo`, `make test`. Both create .venv on first use.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench sysdeps venv clean lint
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -c constraints.txt -e '.[train,dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# System tools the multi-node tests use (sshd in every namespace node, iperf3, nftables, promtool).
+# Installed only when running as root and missing; otherwise the tests that need them say so.
+sysdeps:
+	@if [ "$$(id -u)" = 0 ]; then \
+	  missing=""; \
+	  [ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
+	  command -v iperf3 >/dev/null || missing="$$missing iperf3"; \
+	  command -v nft >/dev/null || missing="$$missing nftables"; \
+	  command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	  command -v tmux >/dev/null || missing="$$missing tmux"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  fi; \
+	fi
+
+test: sysdeps $(STAMP)
+	$(VPY) -m pytest -q -ra $(PYTEST_ARGS)
+
+bench: sysdeps $(STAMP)
+	$(VPY) -m bench $(BENCH_ARGS)
+
+demo: sysdeps $(STAMP)
+	$(VPY) -m tui.demo
+
+clean:
+	rm -rf $(VENV) runs demo-work bench-results

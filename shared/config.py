@@ -1,0 +1,317 @@
+"""The ``ftwiz.toml`` schema: cluster, nodes, job and NCCL settings.
+
+Pure: this module parses and validates *text*; reading and atomic saving live in
+``tui/config_io.py``. Errors name the file, the line and the field path, and list the allowed
+values, so a user can fix the file without reading this code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Optional, Union
+
+import tomlkit
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from tomlkit.exceptions import ParseError
+
+DEFAULT_AGENT_PORT = 8462
+DEFAULT_RENDEZVOUS_PORT = 29500
+DEFAULT_TOKEN_FILE = "~/.config/ftwiz/agent.token"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ClusterConfig(_Section):
+    """``[cluster]``: what every node shares."""
+
+    name: str = Field("local", description="A label for the cluster, shown in the UI and run records.")
+    rendezvous_port: int = Field(DEFAULT_RENDEZVOUS_PORT, ge=1, le=65535, description="torchrun c10d rendezvous port on the master.")
+    agent_port: int = Field(DEFAULT_AGENT_PORT, ge=1, le=65535, description="Default ftwiz-agent port for every node.")
+    agent_token_file: str = Field(DEFAULT_TOKEN_FILE, description="File holding the agents' bearer token (mode 0600).")
+    master: Optional[str] = Field(None, description="Name of the master node (MASTER_ADDR); default the first node.")
+    ssh_keepalive_s: float = Field(3.0, gt=0, le=60, description="SSH keepalive interval: a cut link is noticed in a few of these.")
+    ssh_connect_timeout_s: float = Field(10.0, gt=0, le=120, description="SSH connect timeout per node.")
+    agent_timeout_s: float = Field(3.0, gt=0, le=60, description="Per-node timeout of an agent request.")
+    known_hosts: Optional[str] = Field(None, description="known_hosts file for SSH host keys; default ~/.ssh/known_hosts (and the system file).")
+    ssh_config: Optional[str] = Field(None, description="OpenSSH client config to honour; default ~/.ssh/config.")
+
+
+class NodeConfig(_Section):
+    """``[[nodes]]``: one machine."""
+
+    name: str = Field(description="Unique node name (letters, digits, '.', '_', '-').")
+    host: str = Field(description="Address used for SSH, the agent and MASTER_ADDR.")
+    ssh_user: Optional[str] = Field(None, description="SSH user; default from ~/.ssh/config, then $USER.")
+    ssh_port: Optional[int] = Field(None, ge=1, le=65535, description="SSH port; default from ~/.ssh/config, then 22.")
+    ssh_key: Optional[str] = Field(None, description="Private key file; default ssh-agent and ~/.ssh/config.")
+    gpus: Union[Literal["all"], int, list[int]] = Field("all", description='"all", a count, or a list of GPU indices.')
+    python: str = Field("python3", description="The training interpreter on that node.")
+    workdir: str = Field("~/ftwiz", description="Where run files and node-side logs are kept.")
+    agent_port: Optional[int] = Field(None, ge=1, le=65535, description="This node's agent port, if not the cluster default.")
+    local: bool = Field(False, description="Run on this machine without SSH (the embedded one-node default).")
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("use letters, digits, '.', '_' or '-' (at most 63), starting with a letter or digit")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_ok(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise ValueError("a GPU count must be 0 or more")
+        if isinstance(value, list) and (len(set(value)) != len(value) or any(i < 0 for i in value)):
+            raise ValueError("GPU indices must be distinct and not negative")
+        return value
+
+
+class JobConfig(_Section):
+    """``[job]``: the workload and its hyper-parameters."""
+
+    workload: Literal["sft", "allreduce"] = Field("sft", description="sft (fine-tune) or allreduce (network check).")
+    model: str = Field("meta-llama/Llama-2-7b-hf", description="HF model id or local directory.")
+    dataset: str = Field("data/train.jsonl", description="JSONL file: text, chat messages or instruction records.")
+    method: Literal["full", "lora", "qlora"] = Field("qlora", description="full, lora or qlora (4-bit NF4, CUDA only).")
+    seq_len: int = Field(2048, ge=8, le=1_048_576, description="Tokens per sequence.")
+    micro_batch_size: int = Field(1, ge=1, le=4096, description="Sequences per GPU per step.")
+    grad_accum_steps: int = Field(8, ge=1, le=65536, description="Micro batches per optimizer step.")
+    epochs: float = Field(3, gt=0, description="Passes over the dataset (ignored when max_steps > 0).")
+    max_steps: int = Field(-1, ge=-1, description="Stop after this many optimizer steps; -1 uses epochs.")
+    learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
+    lora_r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
+    lora_alpha: float = Field(32, gt=0, description="LoRA alpha.")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], description="Modules that get LoRA adapters.")
+    gradient_checkpointing: bool = Field(True, description="Recompute activations in backward.")
+    precision: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="Compute precision.")
+    optimizer: Literal["adamw", "adamw_8bit", "paged_adamw_8bit"] = Field("paged_adamw_8bit", description="Optimizer.")
+    sharding: Literal["auto", "ddp", "fsdp"] = Field("auto", description="auto follows the routing advice (DDP when the model fits one GPU).")
+    output_dir: str = Field("checkpoints/run", description="Checkpoints and the final adapter/model, relative to the node's workdir.")
+    save_steps: int = Field(100, ge=1, description="Checkpoint every this many steps.")
+    logging_steps: int = Field(1, ge=1, description="Progress line every this many steps.")
+    stall_timeout_s: float = Field(600, gt=0, description="Stop every rank when no progress line arrives for this long.")
+    first_step_grace_s: float = Field(1800, gt=0, description="Longer stall allowance before the first step (model download, load).")
+    sizes_mb: list[float] = Field(default_factory=lambda: [1, 4, 16, 64, 256], description="allreduce: message sizes in MB.")
+    iterations: int = Field(20, ge=1, le=100_000, description="allreduce: timed iterations per size.")
+    warmup_iterations: int = Field(5, ge=0, le=10_000, description="allreduce: untimed warm-up iterations per size.")
+
+    @field_validator("sizes_mb")
+    @classmethod
+    def _sizes_ok(cls, value: list[float]) -> list[float]:
+        if not value or any(s <= 0 for s in value):
+            raise ValueError("give at least one positive size in MB")
+        return value
+
+
+class NcclConfig(_Section):
+    """``[nccl]``: interface and transport selection."""
+
+    socket_ifname: str = Field("auto", description='"auto" picks the interface in the master\'s subnet; else a name (NCCL prefix-matches; "=eth0" is exact).')
+    ib: Literal["auto", "on", "off"] = Field("auto", description="InfiniBand: auto uses it when every node has an Active port.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank, e.g. NCCL_DEBUG.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_ok(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return value
+
+
+class FtwizConfig(BaseModel):
+    """The whole ``ftwiz.toml``."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    nodes: list[NodeConfig] = Field(min_length=1, description="At least one node.")
+    job: JobConfig = Field(default_factory=JobConfig)
+    nccl: NcclConfig = Field(default_factory=NcclConfig)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "FtwizConfig":
+        names = [n.name for n in self.nodes]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"node names must be unique; repeated: {', '.join(dupes)}")
+        if self.cluster.master is not None and self.cluster.master not in names:
+            raise ValueError(f"cluster.master = {self.cluster.master!r} is not a node; nodes are: {', '.join(names)}")
+        return self
+
+    @property
+    def master(self) -> NodeConfig:
+        """The master node: ``cluster.master`` or the first node."""
+        wanted = self.cluster.master or self.nodes[0].name
+        return next(n for n in self.nodes if n.name == wanted)
+
+    def node(self, name: str) -> NodeConfig:
+        """The node called ``name`` (KeyError if none)."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def agent_port(self, node: NodeConfig) -> int:
+        """The agent port of ``node``."""
+        return node.agent_port or self.cluster.agent_port
+
+
+class ConfigError(Exception):
+    """A config problem a user can fix: file, line (when known), field path and message."""
+
+    def __init__(self, source: str, message: str, *, line: Optional[int] = None, field: Optional[str] = None):
+        self.source, self.message, self.line, self.field = source, message, line, field
+        where = f"{source}:{line}" if line else source
+        super().__init__(f"{where}: {field + ': ' if field else ''}{message}")
+
+
+def default_config(*, hostname: str, python: str, token_file: str = DEFAULT_TOKEN_FILE) -> FtwizConfig:
+    """The embedded default: this machine as a one-node cluster running an all-reduce check."""
+    node = NodeConfig(name=_safe_name(hostname), host="127.0.0.1", python=python, workdir="~/.cache/ftwiz/work", local=True)
+    return FtwizConfig(
+        cluster=ClusterConfig(name="local", agent_token_file=token_file),
+        nodes=[node],
+        job=JobConfig(workload="allreduce", sizes_mb=[1, 4, 16], iterations=10),
+    )
+
+
+def _safe_name(hostname: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", hostname).strip("-._")[:63]
+    return cleaned or "localhost"
+
+
+def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
+    """Parse and validate ``text``; raise :class:`ConfigError` naming ``source``, line and field."""
+    try:
+        data = tomlkit.parse(text).unwrap()
+    except ParseError as exc:
+        raise ConfigError(source, f"TOML syntax error: {exc.args[0] if exc.args else exc}", line=exc.line) from None
+    try:
+        return FtwizConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [p for p in first["loc"]]
+        field = _path(loc)
+        message = _explain(first)
+        raise ConfigError(source, message, line=locate_line(text, loc), field=field or None) from None
+
+
+def _path(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("literal['all']", "int", "list[int]", "function-after[_gpus_ok(), union[literal['all'],int,list[int]]]"):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _explain(error: dict[str, Any]) -> str:
+    message = error["msg"]
+    ctx = error.get("ctx") or {}
+    if error["type"] == "literal_error" and "expected" in ctx:
+        message = f"must be one of {ctx['expected']}"
+    elif error["type"] == "extra_forbidden":
+        message = "unknown key (check the spelling; see the README for the allowed keys)"
+    elif error["type"] == "missing":
+        message = "required but missing"
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    if "input" in error and error["type"] not in ("missing",) and not isinstance(error["input"], (dict, list)):
+        message += f" (got {error['input']!r})"
+    return message
+
+
+def locate_line(text: str, loc: list[Any]) -> Optional[int]:
+    """Best-effort line of the key at ``loc`` (e.g. ``['nodes', 1, 'ssh_port']``) in ``text``."""
+    keys = [p for p in loc if isinstance(p, (str, int))]
+    if not keys:
+        return None
+    lines = text.splitlines()
+    section, index, key = str(keys[0]), None, None
+    rest = keys[1:]
+    if rest and isinstance(rest[0], int):
+        index, rest = rest[0], rest[1:]
+    if rest:
+        key = str(rest[0])
+    header_re = re.compile(r"^\s*\[\[\s*" + re.escape(section) + r"\s*\]\]" if index is not None else r"^\s*\[\s*" + re.escape(section) + r"\s*\]")
+    seen, start = -1, None
+    for number, line in enumerate(lines, 1):
+        if header_re.match(line):
+            seen += 1
+            if index is None or seen == index:
+                start = number
+                break
+    if start is None:
+        for number, line in enumerate(lines, 1):
+            if re.match(r"^\s*" + re.escape(section) + r"\s*=", line):
+                return number
+        return None
+    if key is None:
+        return start
+    for number in range(start + 1, len(lines) + 1):
+        line = lines[number - 1]
+        if re.match(r"^\s*\[", line):
+            break
+        if re.match(r"^\s*" + re.escape(key) + r"\s*=", line):
+            return number
+    return start
+
+
+def to_toml(config: FtwizConfig, original: Optional[str] = None) -> str:
+    """Render ``config`` as TOML, keeping the comments, layout and explicit keys of ``original``.
+
+    Keys the user wrote stay (updated when changed); keys that still hold their default are not added.
+    """
+    full = config.model_dump(mode="json", exclude_none=True)
+    changed = config.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    doc = tomlkit.parse(original) if original else tomlkit.document()
+    _merge(doc, full, changed)
+    return tomlkit.dumps(doc)
+
+
+def _merge(container: Any, full: dict[str, Any], changed: dict[str, Any]) -> None:
+    for key in list(container.keys()):
+        if key not in full:
+            del container[key]
+    for key, value in full.items():
+        present = key in container
+        if not present and key not in changed:
+            continue
+        if isinstance(value, dict):
+            if not present or not hasattr(container[key], "keys"):
+                container[key] = tomlkit.table()
+            _merge(container[key], value, changed.get(key) or {})
+        elif _is_table_list(value):
+            _merge_tables(container, key, value, changed.get(key) or [{} for _ in value])
+        elif not present or _plain(container[key]) != value:
+            container[key] = value
+
+
+def _is_table_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _merge_tables(container: Any, key: str, items: list[dict[str, Any]], changed: list[dict[str, Any]]) -> None:
+    existing = container.get(key) if key in container else None
+    if existing is None or not all(hasattr(e, "keys") for e in existing):
+        container[key] = tomlkit.aot()
+        existing = container[key]
+    while len(existing) > len(items):
+        existing.pop()
+    for i, item in enumerate(items):
+        if i >= len(existing):
+            existing.append(tomlkit.table())
+        _merge(existing[i], item, changed[i] if i < len(changed) else item)
+
+
+def _plain(item: Any) -> Any:
+    return item.unwrap() if hasattr(item, "unwrap") else item

@@ -1,0 +1,1 @@
+"""ftwiz controller: CLI, agent client, checklist, SSH launcher and the Textual wizard."""
