@@ -1,0 +1,1 @@
+"""`make bench`: every bench/*_bench.py module, each printing figures beside their baseline and target."""
