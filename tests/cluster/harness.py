@@ -1,0 +1,652 @@
+"""Multi-host test harness: N nodes on this machine as network namespaces, each with sshd and ftwiz-agent.
+
+Usable from pytest fixtures (``tests/cluster/fixtures.py``), benchmarks and demos alike::
+
+    with Cluster.create(3) as cluster:
+        node0, node1 = cluster.nodes[:2]
+        node1.agent_post("/v1/probe/connect", {"host": node0.address, "port": 22})
+        cluster.write_config("ftwiz.toml", workload="allreduce")
+
+Each node: its own namespace ``ftwz-<run>-nodeI``, a veth called ``eth0`` inside it with address
+``10.X.Y.(11+I)/24``, the other end on a private bridge in the root namespace (``10.X.Y.1``, so the
+controller reaches every node), its own sshd on port 22 and its own agent on port 8462, and its own
+workdir under a per-run temp dir. Cleanup is leak-proof: see ``tests/cluster/reaper.py``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import http.client
+import ipaddress
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from tests.cluster import netns as net
+from tests.cluster import reaper, sshd
+from tests.cluster.netns import ClusterError
+
+__all__ = ["Cluster", "Node", "ClusterError", "cluster_support_problem", "REPO_ROOT", "AGENT_PORT", "SSH_PORT"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+AGENT_PORT = 8462
+SSH_PORT = 22
+NODE_IFACE = "eth0"
+_NFT_TABLE = "ftwiz_test"
+_PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+_MAX_NODES = 64
+
+
+def cluster_support_problem(*, need_sshd: bool = True, need_agent: bool = False) -> Optional[str]:
+    """Why namespace clusters cannot be built here (None when they can): not root, a tool or the agent missing."""
+    if os.geteuid() != 0:
+        return "namespace clusters need root (ip netns, veth, bridge); run the tests as root (CI does)"
+    for tool in ("ip", "nft", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found: apt-get install iproute2 nftables openssh-client"
+    if need_sshd and not os.access(sshd.SSHD, os.X_OK):
+        return f"{sshd.SSHD} not found: apt-get install openssh-server (or `make sysdeps`)"
+    if need_agent and not (REPO_ROOT / "agent" / "__main__.py").exists():
+        return f"the agent is not there yet ({REPO_ROOT / 'agent' / '__main__.py'} missing): build agent/ first"
+    return None
+
+
+class Node:
+    """One namespace node. Create through :meth:`Cluster.create`; every helper acts inside its namespace."""
+
+    def __init__(self, cluster: "Cluster", index: int, *, netns: str, host_veth: str, address: str, workdir: Path, sysdir: Path):
+        self.cluster = cluster
+        #: Position in ``cluster.nodes``.
+        self.index = index
+        #: Node name (``node0``, ``node1``, ...), also the agent's ``--node-name``.
+        self.name = f"node{index}"
+        #: The network namespace, e.g. ``ftwz-1a2b3c-node0``.
+        self.netns = netns
+        #: The interface inside the namespace.
+        self.iface = NODE_IFACE
+        #: The veth end on the bridge, in the root namespace.
+        self.host_veth = host_veth
+        #: The node's IPv4 address (SSH, agent, MASTER_ADDR).
+        self.address = address
+        #: This node's workdir (own dir per node unless ``per_node_workdir=False``).
+        self.workdir = workdir
+        #: Node-private harness files: sshd config, host key, logs.
+        self.sysdir = sysdir
+        self.ssh_port = SSH_PORT
+        self.agent_port = AGENT_PORT
+        self._agent: Optional[subprocess.Popen] = None
+        self._sshd: Optional[subprocess.Popen] = None
+        self._extra: list[subprocess.Popen] = []
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name} {self.address} netns={self.netns}>"
+
+    # -- paths ------------------------------------------------------------------------------------------
+    @property
+    def agent_url(self) -> str:
+        """Base URL of this node's agent, e.g. ``http://10.77.3.11:8462``."""
+        return f"http://{self.address}:{self.agent_port}"
+
+    @property
+    def token_path(self) -> Path:
+        """The agent token file (shared by the cluster, mode 0600)."""
+        return self.cluster.token_path
+
+    @property
+    def host_key_path(self) -> Path:
+        """This node's sshd host private key."""
+        return self.sysdir / "ssh_host_ed25519_key"
+
+    @property
+    def agent_log_path(self) -> Path:
+        """stdout+stderr of this node's agent."""
+        return self.sysdir / "agent.log"
+
+    @property
+    def sshd_log_path(self) -> Path:
+        """stderr of this node's sshd (``-e``)."""
+        return self.sysdir / "sshd.log"
+
+    # -- running things inside the namespace --------------------------------------------------------------
+    def netns_argv(self, argv: Sequence[str]) -> list[str]:
+        """``ip netns exec NS ARGV...`` (argv list, no shell)."""
+        return ["ip", "netns", "exec", self.netns, *map(str, argv)]
+
+    def exec(self, argv: Sequence[str], *, check: bool = False, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess:
+        """Run ``argv`` inside the namespace and wait (``subprocess.run``; output captured as text by default)."""
+        kw.setdefault("capture_output", "stdout" not in kw and "stderr" not in kw)
+        kw.setdefault("text", True)
+        kw.setdefault("env", _child_env())
+        return subprocess.run(self.netns_argv(argv), check=check, timeout=timeout, **kw)
+
+    def popen(self, argv: Sequence[str], **kw: Any) -> subprocess.Popen:
+        """Start ``argv`` inside the namespace in its own session; it is killed at cluster teardown."""
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        kw.setdefault("env", _child_env())
+        proc = subprocess.Popen(self.netns_argv(argv), start_new_session=True, **kw)
+        self._extra.append(proc)
+        return proc
+
+    # -- link ---------------------------------------------------------------------------------------------
+    def link_down(self) -> None:
+        """Take ``eth0`` down inside the namespace: the node drops off the network."""
+        net.ip("link", "set", self.iface, "down", netns=self.netns)
+
+    def link_up(self) -> None:
+        """Bring ``eth0`` back up."""
+        net.ip("link", "set", self.iface, "up", netns=self.netns)
+
+    def set_mtu(self, mtu: int) -> None:
+        """Set the MTU of ``eth0`` inside the namespace (the bridge side keeps its own)."""
+        net.ip("link", "set", self.iface, "mtu", str(int(mtu)), netns=self.netns)
+
+    def link_state(self) -> dict:
+        """``ip -j link show eth0`` inside the namespace: ``{"up": bool, "mtu": int}``."""
+        info = json.loads(net.ip("-j", "link", "show", self.iface, netns=self.netns).stdout)[0]
+        return {"up": "UP" in info.get("flags", []), "mtu": int(info.get("mtu", 0))}
+
+    # -- firewall -----------------------------------------------------------------------------------------
+    def nft_block_port(self, port: int) -> None:
+        """Drop inbound TCP to ``port`` in this namespace (nftables), so connects to it time out."""
+        script = (
+            f"add table inet {_NFT_TABLE}\n"
+            f"add chain inet {_NFT_TABLE} input {{ type filter hook input priority 0 ; policy accept ; }}\n"
+            f"add rule inet {_NFT_TABLE} input tcp dport {int(port)} drop\n"
+        )
+        net.run(self.netns_argv(["nft", "-f", "-"]), input=script)
+
+    def nft_flush(self) -> None:
+        """Remove every rule :meth:`nft_block_port` added in this namespace."""
+        net.run(self.netns_argv(["nft", "delete", "table", "inet", _NFT_TABLE]), check=False)
+
+    # -- sshd ---------------------------------------------------------------------------------------------
+    def start_sshd(self, *, wait: bool = True, timeout: float = 20) -> None:
+        """Start this node's sshd (``sshd -D -e -f <own config>``) and, with ``wait``, until port 22 accepts."""
+        if self.sshd_running:
+            return
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        argv = [sshd.SSHD, "-D", "-e", "-f", str(self.sysdir / "sshd_config")]
+        self._sshd = self._spawn(argv, self.sshd_log_path)
+        if wait:
+            self.cluster._wait([self], what="sshd", timeout=timeout)
+
+    def stop_sshd(self) -> None:
+        """Stop this node's sshd (the listener; sessions already open go too)."""
+        _stop(self._sshd)
+        self._sshd = None
+
+    @property
+    def sshd_running(self) -> bool:
+        """Whether the sshd this harness started is still running."""
+        return self._sshd is not None and self._sshd.poll() is None
+
+    def ssh_argv(self, command: Sequence[str] = (), *, connect_timeout_s: float = 5.0) -> list[str]:
+        """``ssh`` argv logging in as root with the cluster key and known_hosts; ``command`` is shell-quoted."""
+        argv = ["ssh", *sshd.ssh_client_options(self.cluster.ssh_key_path, self.cluster.known_hosts_path,
+                                                connect_timeout_s=connect_timeout_s),
+                "-p", str(self.ssh_port), f"root@{self.address}"]
+        if command:
+            argv += ["--", shlex.join(map(str, command))]
+        return argv
+
+    def ssh(self, command: Sequence[str], *, timeout: float = 30, check: bool = False) -> subprocess.CompletedProcess:
+        """Run ``command`` on the node over ssh (from the root namespace, like the controller)."""
+        return subprocess.run(self.ssh_argv(command), capture_output=True, text=True, timeout=timeout, check=check,
+                              stdin=subprocess.DEVNULL)
+
+    def paramiko_client(self, *, timeout: float = 10.0):
+        """A connected ``paramiko.SSHClient`` as root: cluster key, known_hosts, RejectPolicy (no host key guessing)."""
+        import paramiko  # only tests that use paramiko pay for the import
+
+        client = paramiko.SSHClient()
+        client.load_host_keys(str(self.cluster.known_hosts_path))
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client.connect(self.address, port=self.ssh_port, username="root", key_filename=str(self.cluster.ssh_key_path),
+                       timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+                       allow_agent=False, look_for_keys=False)
+        return client
+
+    # -- agent --------------------------------------------------------------------------------------------
+    def agent_argv(self) -> list[str]:
+        """The command line that serves this node's agent (run inside the namespace)."""
+        c = self.cluster
+        argv = [c.agent_python, "-m", "agent", "--host", "0.0.0.0", "--port", str(self.agent_port),
+                "--token-file", str(c.token_path), "--node-name", self.name, "--disk-path", str(self.workdir)]
+        if c.training_python != c.agent_python:
+            argv += ["--python", c.training_python]
+        if c.agent_interval is not None:
+            argv += ["--interval", str(c.agent_interval)]
+        fixture = c.gpu_fixtures[self.index] if c.gpu_fixtures else None
+        if fixture:
+            argv += ["--gpu-fixture", str(fixture)]
+        return argv + list(c.agent_args)
+
+    def start_agent(self, *, wait: bool = True, timeout: float = 60) -> None:
+        """Start this node's agent inside the namespace and, with ``wait``, until ``/healthz`` answers 200."""
+        if self.agent_running:
+            return
+        self._agent = self._spawn(self.agent_argv(), self.agent_log_path, cwd=REPO_ROOT)
+        if wait:
+            self.cluster._wait([self], what="agent", timeout=timeout)
+
+    def stop_agent(self) -> None:
+        """Stop this node's agent (SIGTERM, then SIGKILL after a few seconds)."""
+        _stop(self._agent)
+        self._agent = None
+
+    @property
+    def agent_running(self) -> bool:
+        """Whether the agent this harness started is still running."""
+        return self._agent is not None and self._agent.poll() is None
+
+    def agent_request(self, method: str, path: str, *, json_body: Any = None, token: Optional[str] = "cluster",
+                      timeout: float = 30.0):
+        """One HTTP request to this node's agent (``httpx``, no proxies); ``token=None`` sends no Authorization."""
+        import httpx
+
+        headers = {}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {self.cluster.token if token == 'cluster' else token}"
+        with httpx.Client(trust_env=False, timeout=timeout) as client:
+            return client.request(method, self.agent_url + path, json=json_body, headers=headers)
+
+    def agent_get(self, path: str, **kw: Any) -> Any:
+        """GET ``path`` with the token; the decoded JSON (raises ``httpx.HTTPStatusError`` on 4xx/5xx)."""
+        response = self.agent_request("GET", path, **kw)
+        response.raise_for_status()
+        return response.json()
+
+    def agent_post(self, path: str, body: Any = None, **kw: Any) -> Any:
+        """POST JSON ``body`` to ``path`` with the token; the decoded JSON (raises on 4xx/5xx)."""
+        response = self.agent_request("POST", path, json_body=body if body is not None else {}, **kw)
+        response.raise_for_status()
+        return response.json()
+
+    # -- health -------------------------------------------------------------------------------------------
+    def tcp_open(self, port: int, timeout: float = 0.5) -> bool:
+        """Whether ``address:port`` accepts a TCP connection from the root namespace."""
+        try:
+            with socket.create_connection((self.address, port), timeout=timeout):
+                return True
+        except OSError:
+            return False
+
+    def agent_healthy(self, timeout: float = 1.0) -> bool:
+        """Whether ``GET /healthz`` answers 200 (stdlib HTTP: no proxy can intervene)."""
+        conn = http.client.HTTPConnection(self.address, self.agent_port, timeout=timeout)
+        try:
+            conn.request("GET", "/healthz")
+            return conn.getresponse().status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            conn.close()
+
+    def kill_strays(self) -> list[int]:
+        """Kill every process in the namespace that is not this node's agent or sshd (or their children)."""
+        keep = {p.pid for p in (self._agent, self._sshd) if p is not None and p.poll() is None}
+        stray = [pid for pid in reaper.namespace_pids(self.netns) if _session_of(pid) not in keep]
+        for pid in stray:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._extra = [p for p in self._extra if p.poll() is None]
+        return stray
+
+    # -- internals ----------------------------------------------------------------------------------------
+    def _spawn(self, argv: Sequence[str], log_path: Path, cwd: Optional[Path] = None) -> subprocess.Popen:
+        log = open(log_path, "ab")
+        try:
+            return subprocess.Popen(self.netns_argv(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, cwd=cwd, env=_child_env())
+        finally:
+            log.close()
+
+    def _ready(self, what: str) -> bool:
+        """One readiness check of ``what`` ("sshd" or "agent"); raises if its process has exited."""
+        proc, log, check = {
+            "sshd": (self._sshd, self.sshd_log_path, lambda: self.tcp_open(self.ssh_port)),
+            "agent": (self._agent, self.agent_log_path, self.agent_healthy),
+        }[what]
+        if proc is None:
+            raise ClusterError(f"{self.name}: {what} was not started")
+        if proc.poll() is not None:
+            raise ClusterError(f"{self.name}: {what} exited with code {proc.returncode} during start-up; "
+                               f"last lines of {log}:\n{_tail(log)}")
+        return check()
+
+
+class Cluster:
+    """N namespace nodes with sshd and agents; a context manager that always tears everything down."""
+
+    def __init__(self, run_id: str, state: reaper.RunState, subnet: ipaddress.IPv4Network, tmpdir: Path):
+        #: Random per-run id; part of every name this run creates.
+        self.run_id = run_id
+        #: The /24 the nodes live in.
+        self.subnet = subnet
+        #: The per-run temp dir (removed at teardown).
+        self.tmpdir = tmpdir
+        #: Bridge name in the root namespace, and its address (the controller's side).
+        self.bridge = state.bridge
+        self.bridge_address = str(subnet.network_address + 1)
+        self.nodes: list[Node] = []
+        #: Test user key (private; ``.pub`` beside it) that root on every node accepts.
+        self.ssh_key_path = tmpdir / "id_ed25519"
+        #: known_hosts with every node's host key, for the controller (ssh and paramiko).
+        self.known_hosts_path = tmpdir / "known_hosts"
+        #: Agent bearer token file (mode 0600) and its contents.
+        self.token_path = tmpdir / "agent.token"
+        self.token = ""
+        self.agent_python = sys.executable
+        self.training_python = sys.executable
+        self.agent_interval: Optional[float] = None
+        self.agent_args: tuple[str, ...] = ()
+        self.gpu_fixtures: Optional[list[Optional[str]]] = None
+        #: Whether this cluster runs sshd / agents on its nodes (what :meth:`heal` restores).
+        self.with_sshd = False
+        self.with_agent = False
+        #: Seconds each set-up phase took (network, keys, start, wait, total).
+        self.setup_seconds: dict[str, float] = {}
+        self._state = state
+        self._watchdog: Optional[subprocess.Popen] = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # -- construction ---------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, n: int = 3, *, agent: bool = True, sshd: bool = True, agent_python: Optional[str] = None,
+               training_python: Optional[str] = None, per_node_workdir: bool = True,
+               agent_interval: Optional[float] = None, gpu_fixture: Union[None, str, Sequence[Optional[str]]] = None,
+               agent_args: Sequence[str] = (), timeout: float = 90.0) -> "Cluster":
+        """Build ``n`` nodes and start their sshd and agents concurrently; wait until all answer.
+
+        ``agent_python`` runs the agents (default: this interpreter); ``training_python`` is the
+        training interpreter given to the agents as ``--python`` and written to the config (default:
+        ``agent_python``). ``gpu_fixture`` is one path for every node or one per node (None = no GPU).
+        Raises :class:`ClusterError` (with the failing node and log tail) after tearing down what was built.
+        """
+        if not 1 <= n <= _MAX_NODES:
+            raise ClusterError(f"a cluster has 1..{_MAX_NODES} nodes, not {n}")
+        problem = cluster_support_problem(need_sshd=sshd, need_agent=agent)
+        if problem:
+            raise ClusterError(problem)
+        t0 = time.monotonic()
+        cluster = cls._reserve(n)
+        try:
+            cluster.agent_python = agent_python or sys.executable
+            cluster.training_python = training_python or cluster.agent_python
+            cluster.agent_interval = agent_interval
+            cluster.agent_args = tuple(agent_args)
+            cluster.with_sshd, cluster.with_agent = sshd, agent
+            if gpu_fixture is not None:
+                fixtures = [gpu_fixture] * n if isinstance(gpu_fixture, (str, os.PathLike)) else list(gpu_fixture)
+                if len(fixtures) != n:
+                    raise ClusterError(f"gpu_fixture lists {len(fixtures)} paths for {n} nodes")
+                cluster.gpu_fixtures = [str(f) if f else None for f in fixtures]
+            cluster._build(n, agent=agent, sshd=sshd, per_node_workdir=per_node_workdir, timeout=timeout, t0=t0)
+        except BaseException:
+            cluster.close()
+            raise
+        return cluster
+
+    @classmethod
+    def _reserve(cls, n: int) -> "Cluster":
+        """Pick names and a subnet, record them in a state file, start the watchdog: nothing exists yet."""
+        with reaper.global_lock():
+            reaper.reap_stale()
+            others = []
+            for path in reaper.STATE_DIR.glob("*.json"):
+                with contextlib.suppress(OSError, ValueError, TypeError):
+                    others.append(reaper.RunState.load(path).subnet)
+            while True:
+                run_id = secrets.token_hex(3)
+                if not (reaper.STATE_DIR / f"{run_id}.json").exists() and not Path(f"/sys/class/net/ftwz{run_id}br").exists():
+                    break
+            subnet = net.choose_subnet(others)
+            tmpdir = Path(tempfile.mkdtemp(prefix=f"ftwiz-cluster-{run_id}-"))
+            tmpdir.chmod(0o755)  # sshd (privilege-separated) and agents read files below it
+            state = reaper.RunState(
+                run_id=run_id, owner_pid=os.getpid(), owner_start=reaper.process_start_time(os.getpid()),
+                tmpdir=str(tmpdir), bridge=f"ftwz{run_id}br", subnet=str(subnet),
+                namespaces=[f"ftwz-{run_id}-node{i}" for i in range(n)],
+                host_veths=[f"ftwz{run_id}v{i}" for i in range(n)],
+            )
+            state.save()
+        cluster = cls(run_id, state, subnet, tmpdir)
+        _LIVE.add(cluster)
+        cluster._start_watchdog()
+        return cluster
+
+    def _start_watchdog(self) -> None:
+        state = self._state
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-I", str(Path(reaper.__file__)), "watch", str(state.path), str(state.owner_pid),
+             state.owner_start or "-"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        state.watchdog_pid = self._watchdog.pid
+        state.save()
+
+    def _build(self, n: int, *, agent: bool, sshd: bool, per_node_workdir: bool, timeout: float, t0: float) -> None:
+        prefix = self.subnet.prefixlen
+        net.create_bridge(self.bridge, self.bridge_address, prefix)
+        for i in range(n):
+            sysdir = self.tmpdir / f"node{i}"
+            workdir = sysdir / "work" if per_node_workdir else self.tmpdir / "work"
+            workdir.mkdir(parents=True, exist_ok=True)
+            node = Node(self, i, netns=self._state.namespaces[i], host_veth=self._state.host_veths[i],
+                        address=str(self.subnet.network_address + 11 + i), workdir=workdir, sysdir=sysdir)
+            net.create_node_link(node.netns, node.host_veth, self.bridge, node.address, prefix, node.iface)
+            self.nodes.append(node)
+        t_net = time.monotonic()
+        self._write_token()
+        if sshd:
+            self._prepare_ssh()
+        t_keys = time.monotonic()
+        for node in self.nodes:  # spawn everything first; the slow part (imports, key loading) overlaps
+            if sshd:
+                node.start_sshd(wait=False)
+            if agent:
+                node.start_agent(wait=False)
+        t_start = time.monotonic()
+        if sshd:
+            self._wait(self.nodes, what="sshd", timeout=timeout)
+        if agent:
+            self._wait(self.nodes, what="agent", timeout=timeout)
+        t_end = time.monotonic()
+        self.setup_seconds = {"network": t_net - t0, "keys": t_keys - t_net, "spawn": t_start - t_keys,
+                              "wait": t_end - t_start, "total": t_end - t0}
+
+    def _write_token(self) -> None:
+        self.token = secrets.token_urlsafe(32)
+        fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self.token + "\n")
+
+    def _prepare_ssh(self) -> None:
+        sshd.generate_keys([self.ssh_key_path] + [node.host_key_path for node in self.nodes])
+        authorized = self.tmpdir / "authorized_keys"
+        authorized.write_text(self.ssh_key_path.with_suffix(".pub").read_text())
+        lines = []
+        for node in self.nodes:
+            (node.sysdir / "sshd_config").write_text(sshd.sshd_config_text(
+                port=node.ssh_port, host_key=node.host_key_path,
+                pid_file=node.sysdir / "sshd.pid", authorized_keys=authorized))
+            lines.append(sshd.known_hosts_line(node.address, node.ssh_port, node.host_key_path.with_suffix(".pub")))
+        self.known_hosts_path.write_text("\n".join(lines) + "\n")
+
+    def _wait(self, nodes: Sequence[Node], *, what: str, timeout: float) -> None:
+        """Poll every node's ``what`` until all are ready; a dead process or the deadline raises."""
+        pending = list(nodes)
+        deadline = time.monotonic() + timeout
+        while pending:
+            pending = [node for node in pending if not node._ready(what)]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(n.name for n in pending)
+                logs = "\n".join(f"--- {n.name}: {getattr(n, what + '_log_path')}\n{_tail(getattr(n, what + '_log_path'))}" for n in pending)
+                raise ClusterError(f"{what} not ready on {names} after {timeout:.0f} s\n{logs}")
+            time.sleep(0.05)
+
+    # -- use ------------------------------------------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        """The node called ``name`` (``node0``...)."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"no node {name!r}; nodes are {', '.join(n.name for n in self.nodes)}")
+
+    def config(self, *, cluster: Optional[dict] = None, nccl: Optional[dict] = None, **job: Any):
+        """An ``FtwizConfig`` for this cluster: every node (root over ssh with the cluster key) plus ``job`` overrides."""
+        from shared.config import ClusterConfig, FtwizConfig, JobConfig, NcclConfig, NodeConfig
+
+        cluster_fields = {"name": f"ns-{self.run_id}", "agent_token_file": str(self.token_path),
+                          "known_hosts": str(self.known_hosts_path), "agent_port": AGENT_PORT, **(cluster or {})}
+        nodes = [NodeConfig(name=n.name, host=n.address, ssh_user="root", ssh_port=n.ssh_port, ssh_key=str(self.ssh_key_path),
+                            python=self.training_python, workdir=str(n.workdir)) for n in self.nodes]
+        return FtwizConfig(cluster=ClusterConfig(**cluster_fields), nodes=nodes, job=JobConfig(**job),
+                           nccl=NcclConfig(**(nccl or {})))
+
+    def write_config(self, path: Union[str, Path], **overrides: Any) -> Path:
+        """Write ``ftwiz.toml`` for this cluster at ``path`` (atomically); see :meth:`config` for ``overrides``."""
+        from shared.config import to_toml
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(to_toml(self.config(**overrides)))
+        os.replace(tmp, path)
+        return path
+
+    def heal(self, *, timeout: float = 60) -> list[str]:
+        """Put every node back to its start state (link up, MTU 1500, no nft rules, no stray processes,
+        sshd and agent healthy); return what had to be fixed. Fixtures call this before each test."""
+        fixed: list[str] = []
+        for node in self.nodes:
+            state = node.link_state()
+            if not state["up"]:
+                node.link_up()
+                fixed.append(f"{node.name}: link up")
+            if state["mtu"] != 1500:
+                node.set_mtu(1500)
+                fixed.append(f"{node.name}: mtu 1500")
+            if net.run(node.netns_argv(["nft", "list", "table", "inet", _NFT_TABLE]), check=False).returncode == 0:
+                node.nft_flush()
+                fixed.append(f"{node.name}: nft rules removed")
+            if node.kill_strays():
+                fixed.append(f"{node.name}: stray processes killed")
+        restarted_sshd = [n for n in self.nodes if self.with_sshd and not (n.sshd_running and n.tcp_open(n.ssh_port))]
+        restarted_agent = [n for n in self.nodes if self.with_agent and not (n.agent_running and n.agent_healthy())]
+        for node in restarted_sshd:
+            node.stop_sshd()
+            node.start_sshd(wait=False)
+            fixed.append(f"{node.name}: sshd restarted")
+        for node in restarted_agent:
+            node.stop_agent()
+            node.start_agent(wait=False)
+            fixed.append(f"{node.name}: agent restarted")
+        self._wait(restarted_sshd, what="sshd", timeout=timeout)
+        self._wait(restarted_agent, what="agent", timeout=timeout)
+        return fixed
+
+    # -- teardown -------------------------------------------------------------------------------------------
+    def close(self) -> list[str]:
+        """Tear everything down: processes, namespaces, veths, bridge, temp dir. Idempotent; returns problems."""
+        with self._lock:
+            if self._closed:
+                return []
+            self._closed = True
+        for node in self.nodes:
+            for proc in (node._agent, node._sshd, *node._extra):
+                _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + 3.0
+        for node in self.nodes:
+            for proc in (node._agent, node._sshd, *node._extra):
+                if proc is not None:
+                    try:
+                        proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        _signal_group(proc, signal.SIGKILL)
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(timeout=2)
+        problems = reaper.teardown(self._state)
+        if self._watchdog is not None:
+            with contextlib.suppress(OSError):
+                self._watchdog.stdin.close()  # EOF: the watchdog finds the state file gone and exits
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=5)
+        _LIVE.discard(self)
+        return problems
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Cluster {self.run_id} {self.subnet} nodes={[n.name for n in self.nodes]}>"
+
+
+def _child_env() -> dict[str, str]:
+    """Environment for node processes: no proxy (nodes reach only namespace addresses), the repo importable."""
+    env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _signal_group(proc: Optional[subprocess.Popen], sig: int) -> None:
+    """Signal the process group of ``proc`` (its own session) while it is still our unreaped child."""
+    if proc is not None and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+
+def _stop(proc: Optional[subprocess.Popen], grace_s: float = 5.0) -> None:
+    if proc is None:
+        return
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def _session_of(pid: int) -> Optional[int]:
+    """The session id of ``pid`` (field 6 of /proc/PID/stat), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[3])
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:]) or "(empty)"
+    except OSError:
+        return "(no log)"
+
+
+#: Clusters not closed yet; closed at interpreter exit if a caller forgot (the watchdog covers hard kills).
+_LIVE: set[Cluster] = set()
+
+
+@atexit.register
+def _close_all() -> None:
+    for cluster in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cluster.close()
