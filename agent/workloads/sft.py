@@ -1,0 +1,298 @@
+"""The sft recipe: full, LoRA or QLoRA fine-tuning with the HF Trainer under torchrun (DDP).
+
+Order matters for failing well: :func:`preflight` checks everything a user can get wrong (method vs.
+hardware, dataset records, model path, output dir) before the process group starts, so a bad input ends
+every rank at once with one clear message instead of leaving peers waiting in a rendezvous.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from .data import PaddingCollator, TokenDataset, read_records, tokenize_records
+from .dist import Ranks
+from .errors import WorkloadError, note
+from .protocol import emit
+from .spec import Spec
+
+OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "paged_adamw_8bit": "paged_adamw_8bit"}
+HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+QLORA_ON_CPU = 'QLoRA needs a CUDA GPU (bitsandbytes 4-bit): use method = "lora" on CPU'
+
+
+@dataclass
+class Plan:
+    """What preflight decided: inputs resolved, precision and optimizer after hardware fallbacks."""
+
+    model: str
+    model_is_local: bool
+    dataset: Path
+    records: list
+    output_dir: Path
+    cuda: bool
+    bf16: bool
+    fp16: bool
+    optim: str
+    notes: list[str]
+
+
+def preflight(spec: Spec) -> Plan:
+    """Check the inputs against this machine; raise WorkloadError with the fix. Loads no model."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    notes: list[str] = []
+    if spec["method"] == "qlora" and not cuda:
+        raise WorkloadError(QLORA_ON_CPU)
+    if spec["sharding"] == "fsdp":
+        raise WorkloadError('sharding = "fsdp" is not supported by the built-in sft recipe: it trains with DDP; set sharding = "ddp" '
+                            '(or "auto"), and use method = "qlora" or "lora" if the full model does not fit one GPU')
+    model, is_local = resolve_model(spec)
+    dataset = spec.input_path(spec["dataset"])
+    records = read_records(dataset)
+    output_dir = spec.output_path(spec["output_dir"])
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkloadError(f"cannot create output_dir {output_dir}: {exc.strerror}; point [job] output_dir at a writable place") from None
+    bf16, fp16 = _precision(spec["precision"], cuda, notes)
+    optim = OPTIMIZERS[spec["optimizer"]]
+    if not cuda and optim != "adamw_torch":
+        notes.append(f'optimizer = "{spec["optimizer"]}" needs a CUDA GPU (bitsandbytes 8-bit): using adamw_torch on CPU')
+        optim = "adamw_torch"
+    return Plan(model, is_local, dataset, records, output_dir, cuda, bf16, fp16, optim, notes)
+
+
+def resolve_model(spec: Spec) -> tuple[str, bool]:
+    """``(model, is_local)``: a local save_pretrained directory, or a Hugging Face model id."""
+    raw = spec["model"]
+    local = spec.input_path(raw)
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise WorkloadError(f"model directory {local} has no config.json: point [job] model at a directory written by save_pretrained")
+        return str(local), True
+    if local.exists():
+        raise WorkloadError(f"model {local} is a file: [job] model must be a model directory or a Hugging Face id")
+    if raw.startswith(("/", ".", "~")) or not HF_ID.match(raw):
+        raise WorkloadError(f"model directory {local} not found: check [job] model (the directory must exist on every node)")
+    return raw, False
+
+
+def _precision(wanted: str, cuda: bool, notes: list[str]) -> tuple[bool, bool]:
+    import torch
+
+    if not cuda:
+        if wanted != "fp32":
+            notes.append(f'no CUDA GPU: training in fp32 (precision = "{wanted}" applies on GPUs)')
+        return False, False
+    if wanted == "bf16" and not torch.cuda.is_bf16_supported():
+        notes.append('this GPU has no bf16: training in fp16 mixed precision instead of precision = "bf16"')
+        return False, True
+    return wanted == "bf16", wanted == "fp16"
+
+
+def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
+    """Train; return the exit code. The process group is already up."""
+    import torch
+    import transformers
+    from transformers import Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from .callbacks import ProtocolCallback
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for message in plan.notes:
+        if ranks.is_main:
+            note(message, rank=ranks.rank)
+    tokenizer = _load_tokenizer(plan)
+    examples = tokenize_records(plan.records, tokenizer, int(spec["seq_len"]))
+    model = _load_model(spec, plan, ranks)
+    compute = torch.bfloat16 if plan.bf16 else torch.float16 if plan.fp16 else torch.float32
+    if ranks.is_main:
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in model.parameters())
+        print(f"ftwiz: {spec['method']} on {plan.model}: {trainable:,} of {total:,} parameters trainable, "
+              f"{len(examples)} examples, compute {str(compute).replace('torch.', '')}, optimizer {plan.optim}", flush=True)
+    resume_from = _resume_checkpoint(spec, plan.output_dir, ranks)
+    args = TrainingArguments(
+        output_dir=str(plan.output_dir),
+        per_device_train_batch_size=int(spec["micro_batch_size"]),
+        gradient_accumulation_steps=int(spec["grad_accum_steps"]),
+        num_train_epochs=float(spec["epochs"]),
+        max_steps=int(spec["max_steps"]),
+        learning_rate=float(spec["learning_rate"]),
+        logging_steps=int(spec["logging_steps"]),
+        save_strategy="steps",
+        save_steps=int(spec["save_steps"]),
+        save_on_each_node=spec.save_on_each_node,
+        save_total_limit=spec.save_total_limit,
+        bf16=plan.bf16,
+        fp16=plan.fp16,
+        optim=plan.optim,
+        gradient_checkpointing=bool(spec["gradient_checkpointing"]),
+        gradient_checkpointing_kwargs={"use_reentrant": False},  # reentrant checkpointing breaks DDP with frozen bases
+        ddp_find_unused_parameters=False,
+        ddp_timeout=int(spec.dist_timeout_s),
+        report_to="none",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        include_num_input_tokens_seen="non_padding",
+        use_cpu=not plan.cuda,
+        seed=spec.seed,
+        log_level="error",
+        log_level_replica="error",
+    )
+    callback = ProtocolCallback(ranks, plan.output_dir)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=TokenDataset(examples),
+        data_collator=PaddingCollator(tokenizer.pad_token_id),
+        callbacks=[callback],
+    )
+    trainer.remove_callback(PrinterCallback)  # our ProtocolCallback replaces HF's prints and tqdm
+    trainer.remove_callback(ProgressCallback)
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    final = _save_final(trainer, tokenizer, plan.output_dir, spec.run_id)
+    emit("done", rank=ranks.rank, status="ok", **({"adapter_path": str(final), "step": trainer.state.global_step} if ranks.is_main else {}))
+    if ranks.is_main:
+        what = "adapter" if spec["method"] != "full" else "model"
+        print(f"ftwiz: trained to step {trainer.state.global_step}; {what} written to {final}", flush=True)
+    return 0
+
+
+def _load_tokenizer(plan: Plan):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(plan.model)
+    except (OSError, ValueError) as exc:
+        raise WorkloadError(_load_failure("tokenizer", plan, exc)) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token  # padding is masked out of the loss, so any id will do
+    return tokenizer
+
+
+def _load_model(spec: Spec, plan: Plan, ranks: Ranks):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    method = spec["method"]
+    kwargs: dict[str, Any] = {}
+    if method == "qlora":
+        from transformers import BitsAndBytesConfig
+
+        compute = torch.float16 if plan.fp16 else torch.bfloat16
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+        )
+        kwargs["dtype"] = compute
+        kwargs["device_map"] = {"": ranks.local_rank}
+    elif method == "lora" and (plan.bf16 or plan.fp16):
+        kwargs["dtype"] = torch.bfloat16 if plan.bf16 else torch.float16  # frozen base in half precision; adapters stay fp32
+    else:
+        kwargs["dtype"] = torch.float32  # full fine-tune: fp32 master weights, autocast does the rest
+    try:
+        model = AutoModelForCausalLM.from_pretrained(plan.model, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise WorkloadError(_load_failure("model", plan, exc)) from None
+    model.config.use_cache = False  # the KV cache is useless in training and clashes with checkpointing
+    if method == "full":
+        return model
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if method == "qlora":
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=bool(spec["gradient_checkpointing"]),
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    config = LoraConfig(
+        r=int(spec["lora_r"]), lora_alpha=float(spec["lora_alpha"]), lora_dropout=float(spec["lora_dropout"]),
+        target_modules=list(spec["target_modules"]), bias="none", task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:
+        names = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)})
+        raise WorkloadError(f"target_modules {spec['target_modules']} do not match this model ({exc}); "
+                            f"its linear layers are: {', '.join(names)}") from None
+
+
+def _load_failure(what: str, plan: Plan, exc: Exception) -> str:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if plan.model_is_local:
+        return f"cannot load the {what} from {plan.model}: {reason}"
+    return (f"cannot load the {what} {plan.model!r}: it is not a local directory and the Hugging Face Hub gave: {reason}. "
+            "Download it on the node (huggingface-cli download) and set [job] model to that directory, or log in for gated models")
+
+
+def _resume_checkpoint(spec: Spec, output_dir: Path, ranks: Ranks) -> Optional[Path]:
+    """The checkpoint to continue from: every rank must see it, or training starts at step 0 with a note."""
+    import torch.distributed as dist
+
+    mine = checkpoint_steps(output_dir)
+    if spec.resume is None:
+        if mine and ranks.is_main:
+            note(f"{output_dir} already holds checkpoint-{mine[-1]}; starting at step 0 (relaunch with resume to continue)", rank=ranks.rank)
+        return None
+    if spec.resume != "auto":
+        path = Path(os.path.expanduser(spec.resume))
+        path = path if path.is_absolute() else output_dir / path
+        if not (path / "trainer_state.json").is_file():
+            raise WorkloadError(f"resume checkpoint {path} not found or incomplete (no trainer_state.json)")
+        return path
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)  # nodes without a shared disk may hold different checkpoints
+    common = set(everyone[0]).intersection(*everyone[1:]) if everyone else set()
+    if common:
+        step = max(common)
+        if ranks.is_main:
+            note(f"resuming from {output_dir / f'checkpoint-{step}'} (step {step})", rank=ranks.rank)
+        return output_dir / f"checkpoint-{step}"
+    if ranks.is_main:
+        seen = sorted({s for steps in everyone for s in steps})
+        why = f"checkpoints {seen} are not on every node" if seen else f"no checkpoint in {output_dir}"
+        note(f"resume = auto: {why}; starting at step 0", rank=ranks.rank)
+    return None
+
+
+def checkpoint_steps(output_dir: Path) -> list[int]:
+    """Steps of the complete ``checkpoint-N`` dirs in ``output_dir`` (those with trainer_state.json), ascending."""
+    if not output_dir.is_dir():
+        return []
+    steps = []
+    for child in output_dir.iterdir():
+        match = CHECKPOINT_DIR.match(child.name)
+        if match and (child / "trainer_state.json").is_file():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def _save_final(trainer, tokenizer, output_dir: Path, run_id: str) -> Path:
+    """Write the adapter (or full model) and tokenizer to ``output_dir/final``, swapped in whole."""
+    import torch.distributed as dist
+
+    final = output_dir / "final"
+    partial = output_dir / f".final.partial-{run_id or os.getpid()}"
+    if trainer.args.should_save:
+        shutil.rmtree(partial, ignore_errors=True)
+    trainer.save_model(str(partial))  # gathers/unwraps as needed; writes only on should_save ranks
+    if trainer.args.should_save:
+        tokenizer.save_pretrained(str(partial))
+        previous = output_dir / f".final.previous-{run_id or os.getpid()}"
+        if final.exists():
+            os.replace(final, previous)
+        os.replace(partial, final)
+        shutil.rmtree(previous, ignore_errors=True)
+    if dist.is_initialized():
+        dist.barrier()
+    return final
