@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
-__all__ = ["STATE_DIR", "RunState", "teardown", "reap_stale", "owner_alive", "process_start_time", "global_lock"]
+__all__ = ["STATE_DIR", "RunState", "teardown", "reap_stale", "owner_alive", "process_start_time", "process_running", "global_lock"]
 
 #: Where run state files live; one ``<run_id>.json`` per live run.
 STATE_DIR = Path(os.environ.get("FTWIZ_CLUSTER_STATE_DIR", "/tmp/ftwiz-cluster-state"))
@@ -81,6 +81,15 @@ def process_start_time(pid: int) -> Optional[str]:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (a zombie holds no namespace, port or file)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def owner_alive(state: RunState) -> bool:
