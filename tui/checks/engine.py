@@ -1,0 +1,142 @@
+"""Run the whole checklist concurrently and collect :class:`CheckResult` rows.
+
+1. Poll every agent (one request each, concurrently) and, at the same time, log in to every node over
+   SSH in threads (:func:`tui.checks.ssh_checks.gather_ssh`).
+2. Run every registered check concurrently on the resulting :class:`CheckContext`; probes shared by
+   several checks (e.g. each node's connect to the master) run once.
+3. Return the rows in a stable order: by check, then by the config's node order.
+
+A check that raises is reported as a ``warn`` row naming the bug, never as a crashed checklist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from shared.config import FtwizConfig
+from tui.checks.base import CHECKS, CheckContext, CheckResult, CheckSpec, result
+
+__all__ = ["ChecklistRun", "Progress", "run_checklist", "run_checklist_full", "run_checklist_sync", "ok"]
+
+Progress = Callable[[str, int, int], None]
+"""``progress(label, done, total)``: called as phases and checks finish (label says which)."""
+
+ORDER = [
+    "agent.reachable", "agent.version", "ssh.auth", "gpu.present", "gpu.processes", "gpu.ecc", "gpu.throttle",
+    "env.packages", "env.parity", "mem.fit", "disk.free", "clock.skew", "net.subnet", "net.ifname", "net.mtu",
+    "net.ib", "net.latency", "net.bandwidth", "net.master_address", "rendezvous.port_free", "rendezvous.reachable",
+    "data.reachable", "plan.batch", "plan.hetero", "plan.advice",
+]
+
+
+def ok(results: Sequence[CheckResult]) -> bool:
+    """True when no row failed (warnings and skips allowed)."""
+    return not any(r.status == "fail" for r in results)
+
+
+async def _run_one(spec: CheckSpec, ctx: CheckContext, timeout: float) -> list[CheckResult]:
+    try:
+        value = spec.fn(ctx)
+        if inspect.isawaitable(value):
+            value = await asyncio.wait_for(value, timeout)
+        return list(value)
+    except asyncio.TimeoutError:
+        return [result(spec.id, spec.title, "warn", None, f"check did not finish within {timeout:g} s",
+                       "run `ftwiz --check` again; if it persists, a node's agent is too slow to answer probes")]
+    except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others' rows
+        return [result(spec.id, spec.title, "warn", None, f"check crashed: {type(exc).__name__}: {exc}",
+                       "this is an ftwiz bug: please report it with the output of `ftwiz --check --json`")]
+
+
+@dataclass
+class ChecklistRun:
+    """A whole checklist run: the rows plus what the engine saw."""
+
+    results: list[CheckResult]
+    """Every row, ordered by check then node."""
+    statuses: dict[str, Any] = field(default_factory=dict)
+    """Per node: the agent poll (:class:`tui.client.NodeStatus`)."""
+    ssh: dict[str, Any] = field(default_factory=dict)
+    """Per node: the SSH outcome (:class:`tui.checks.base.SshOutcome`)."""
+    seconds: float = 0.0
+    """Wall time of the run."""
+
+    @property
+    def ok(self) -> bool:
+        """Nothing failed."""
+        return ok(self.results)
+
+
+async def run_checklist(config: FtwizConfig, **kwargs: Any) -> list[CheckResult]:
+    """Run the checklist for ``config``; return every row (see :func:`run_checklist_full` for the keywords)."""
+    return (await run_checklist_full(config, **kwargs)).results
+
+
+async def run_checklist_full(
+    config: FtwizConfig,
+    *,
+    client: Any = None,
+    progress: Optional[Progress] = None,
+    ssh: bool = True,
+    only: Optional[Sequence[str]] = None,
+    options: Optional[dict[str, Any]] = None,
+    check_timeout_s: float = 60.0,
+) -> ChecklistRun:
+    """Run the checklist for ``config``; return the rows, the agents' states and the SSH outcomes.
+
+    ``client`` is an :class:`tui.client.AgentClient` to reuse (one is made and closed otherwise).
+    ``ssh=False`` leaves out SSH logins (the SSH-dependent checks then skip). ``only`` keeps checks whose
+    id starts with one of the given prefixes. ``options`` tunes probes: ``bandwidth_seconds`` (1.0),
+    ``connect_timeout_s`` (3.0), ``listen_ttl_s`` (connect timeout + 3).
+    """
+    from tui.client import AgentClient
+    from tui.checks.ssh_checks import gather_ssh
+
+    import tui.checks  # noqa: F401 - registers every check
+
+    own_client = client is None
+    client = client or AgentClient(config)
+    report = progress or (lambda label, done, total: None)
+    specs = [s for s in CHECKS if not only or any(s.id.startswith(p) or p.startswith(s.id) for p in only)]
+    total = len(specs) + 1 + (1 if ssh else 0)
+    done = 0
+    started = time.monotonic()
+    try:
+        poll = asyncio.ensure_future(client.poll())
+        logins = asyncio.ensure_future(gather_ssh(config)) if ssh else None
+        statuses = await poll
+        done += 1
+        up = sum(1 for s in statuses.values() if s.up)
+        report(f"agents: {up}/{len(statuses)} up ({time.monotonic() - started:.2f} s)", done, total)
+        outcomes = {}
+        if logins is not None:
+            outcomes = await logins
+            done += 1
+            report(f"ssh: {sum(1 for o in outcomes.values() if o.ok)}/{len(outcomes)} logged in", done, total)
+        ctx = CheckContext(config, statuses, client, ssh=outcomes, options=options)
+
+        async def tracked(spec: CheckSpec) -> list[CheckResult]:
+            nonlocal done
+            rows = await _run_one(spec, ctx, check_timeout_s)
+            done += 1
+            report(spec.id, done, total)
+            return rows
+
+        batches = await asyncio.gather(*(tracked(s) for s in specs))
+    finally:
+        if own_client:
+            await client.aclose()
+    rows = [r for batch in batches for r in batch]
+    node_index = {n.name: i for i, n in enumerate(config.nodes)}
+    rank = {cid: i for i, cid in enumerate(ORDER)}
+    rows.sort(key=lambda r: (rank.get(r.id, len(ORDER)), node_index.get(r.node, -1) if r.node else -1))
+    return ChecklistRun(rows, statuses, outcomes, time.monotonic() - started)
+
+
+def run_checklist_sync(config: FtwizConfig, **kwargs: Any) -> list[CheckResult]:
+    """:func:`run_checklist` from synchronous code (starts and closes its own event loop)."""
+    return asyncio.run(run_checklist(config, **kwargs))

@@ -1,0 +1,208 @@
+"""Resources: memory fit per GPU (from the estimator) and disk free for the checkpoints.
+
+The model's architecture comes from a local model directory's ``config.json`` when the controller can
+read one (the path as given, relative to here, or under a local node's workdir), else from the built-in
+catalog; an unknown model skips the memory check with a hint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from shared.config import FtwizConfig, NodeConfig
+from shared.models import DiskInfo, NodeReport
+from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.checks.gpus import selected_gpus
+
+GIB = 1024**3
+MIN_FREE_BYTES = 5 * GIB
+"""Floor for free disk at the workdir: logs, a tokenizer, an adapter, temporary files."""
+
+
+@dataclass
+class ArchSource:
+    """Where the model's architecture came from."""
+
+    arch: Any = None
+    """A ``shared.catalog.ModelArch``, or None when unknown."""
+    source: str = ""
+    """``config.json at PATH``, ``catalog: ID`` or why it is unknown."""
+
+
+def resolve_arch(config: FtwizConfig) -> ArchSource:
+    """The job model's architecture: a readable local ``config.json`` first, then the catalog."""
+    from shared import catalog
+
+    model = config.job.model
+    candidates = [os.path.expanduser(model)]
+    if not os.path.isabs(candidates[0]):
+        candidates += [os.path.join(os.path.expanduser(n.workdir), model) for n in config.nodes if n.local]
+    for directory in candidates:
+        path = os.path.join(directory, "config.json")
+        if os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    return ArchSource(catalog.arch_from_hf_config(json.load(handle)), f"config.json at {path}")
+            except (OSError, ValueError) as exc:  # ArchError is a ValueError
+                return ArchSource(None, f"{path} is not a usable HF config: {exc}")
+    entry = catalog.lookup(model)
+    if entry is not None:
+        return ArchSource(entry.arch, f"catalog: {entry.hf_id}")
+    return ArchSource(None, f"{model!r} is neither a local model directory here nor in the built-in catalog")
+
+
+def _match_disk(report: NodeReport, wanted: str) -> Optional[DiskInfo]:
+    """The reported disk entry for ``wanted`` (the agent echoes the path it was given)."""
+    norm = os.path.normpath(wanted)
+    for disk in report.disks:
+        if disk.path == wanted or os.path.normpath(disk.path) == norm:
+            return disk
+    if wanted.startswith("~/"):
+        tail = os.path.normpath(wanted[1:])
+        for disk in report.disks:
+            if os.path.normpath(disk.path).endswith(tail):
+                return disk
+    return None
+
+
+def checkpoint_bytes(config: FtwizConfig, arch: Any) -> Optional[int]:
+    """Rough size of one checkpoint: full = bf16 weights + fp32 master + optimizer states; LoRA = the adapter."""
+    if config.job.workload != "sft" or arch is None:
+        return None
+    from shared import catalog
+
+    params = catalog.param_count(arch)
+    if config.job.method == "full":
+        optimizer = 2 if config.job.optimizer.endswith("8bit") else 8
+        return params * (2 + 4 + optimizer)
+    return 1 * GIB  # adapters are megabytes; 1 GiB covers adapter, optimizer state and tokenizer
+
+
+@check("disk.free", "disk free at workdir and output_dir")
+def disk_free(ctx: CheckContext) -> list[CheckResult]:
+    """Per node: free space where checkpoints go, for three checkpoints plus a floor."""
+    title = "disk free at workdir and output_dir"
+    job = ctx.config.job
+    arch = resolve_arch(ctx.config).arch if job.workload == "sft" else None
+    try:
+        per_ckpt = checkpoint_bytes(ctx.config, arch)
+    except Exception:  # noqa: BLE001 - a catalog quirk must not hide the disk figures
+        per_ckpt = None
+    needed = MIN_FREE_BYTES + 3 * (per_ckpt or 0)
+    rows = []
+    for node in ctx.config.nodes:
+        report = ctx.report(node)
+        if report is None:
+            rows.append(ctx.down_skip("disk.free", title, node))
+            continue
+        out = job.output_dir if job.output_dir.startswith(("/", "~")) else f"{node.workdir.rstrip('/')}/{job.output_dir}"
+        disk = _match_disk(report, out)
+        where = out
+        if disk is None and not job.output_dir.startswith(("/", "~")):
+            disk, where = _match_disk(report, node.workdir), node.workdir
+        if disk is None:
+            reported = ", ".join(d.path for d in report.disks) or "none"
+            rows.append(result("disk.free", title, "skip", node.name,
+                               f"the agent does not measure {node.workdir} (it measures: {reported})",
+                               f"start the agent on {node.name} with --disk-path {node.workdir}"))
+            continue
+        if disk.error or disk.free_bytes is None:
+            rows.append(result("disk.free", title, "warn", node.name, f"cannot measure {disk.path}: {disk.error or 'no figure'}",
+                               f"check that {disk.path} exists and is readable on {node.name}"))
+            continue
+        free = disk.free_bytes
+        sizing = f"3 checkpoints of ~{per_ckpt / GIB:.1f} GiB + {MIN_FREE_BYTES // GIB} GiB" if per_ckpt else f"{MIN_FREE_BYTES // GIB} GiB floor"
+        detail = f"{free / GIB:.1f} GiB free at {where} (need {needed / GIB:.1f} GiB: {sizing})"
+        if not disk.exists:
+            detail += "; the directory does not exist yet (measured at its nearest parent)"
+        if free < needed:
+            rows.append(result("disk.free", title, "fail", node.name, detail,
+                               f"free space on {node.name} (du -sh {where}/*) or point workdir/output_dir at a larger disk"))
+        elif free < 2 * needed:
+            rows.append(result("disk.free", title, "warn", node.name, detail, f"little headroom on {node.name}: lower save_steps frequency or free space"))
+        else:
+            rows.append(result("disk.free", title, "pass", node.name, detail))
+    return rows
+
+
+def _world_size(ctx: CheckContext) -> int:
+    total = 0
+    for node in ctx.config.nodes:
+        report = ctx.report(node)
+        if report is not None:
+            total += max(1, len(selected_gpus(node, report)))
+        else:
+            total += node.gpus if isinstance(node.gpus, int) and node.gpus > 0 else (len(node.gpus) if isinstance(node.gpus, list) else 1)
+    return max(1, total)
+
+
+@check("mem.fit", "memory fit per GPU")
+def memory_fit(ctx: CheckContext) -> list[CheckResult]:
+    """Per node: the estimator's per-GPU peak against each GPU's free memory."""
+    title = "memory fit per GPU"
+    job = ctx.config.job
+    if job.workload != "sft":
+        return [result("mem.fit", title, "skip", None, f"workload {job.workload}: no model to fit")]
+    try:
+        from shared import estimator
+    except ImportError:
+        return [result("mem.fit", title, "skip", None, "the memory estimator is not installed in this build")]
+    source = resolve_arch(ctx.config)
+    if source.arch is None:
+        return [result("mem.fit", title, "skip", None, f"unknown model: {source.source}",
+                       "point [job] model at a local directory with config.json, or use a catalog model id (e.g. meta-llama/Llama-2-7b-hf)")]
+    dp = _world_size(ctx)
+    sharding = job.sharding
+    try:
+        est = estimator.estimate(source.arch, job, dp_size=dp, sharding=sharding)
+    except Exception as exc:  # noqa: BLE001 - an estimator bug is a skip row, not a crashed checklist
+        return [result("mem.fit", title, "skip", None, f"estimator failed: {type(exc).__name__}: {exc}")]
+    peak = _peak_bytes(est)
+    rows = []
+    for node in ctx.config.nodes:
+        report = ctx.report(node)
+        if report is None:
+            rows.append(ctx.down_skip("mem.fit", title, node))
+            continue
+        gpus = selected_gpus(node, report)
+        if not gpus:
+            ram = report.host.memory_available_bytes
+            ram_text = f"; host RAM available {ram / GIB:.1f} GiB" if ram else ""
+            rows.append(result("mem.fit", title, "skip", node.name,
+                               f"no GPU (estimate {peak / GIB:.1f} GiB per GPU{ram_text}; {source.source})" if peak else f"no GPU ({source.source})"))
+            continue
+        rows.append(_fit_row(estimator, est, peak, node, gpus, source.source, dp))
+    return rows
+
+
+def _peak_bytes(est: Any) -> Optional[int]:
+    for name in ("peak_bytes", "total_bytes", "per_gpu_bytes", "total"):
+        value = getattr(est, name, None)
+        if isinstance(value, (int, float)):
+            return int(value)
+    return None
+
+
+def _fit_row(estimator: Any, est: Any, peak: Optional[int], node: NodeConfig, gpus: list, source: str, dp: int) -> CheckResult:
+    title = "memory fit per GPU"
+    worst_status, parts, lever = "pass", [], ""
+    order = {"pass": 0, "warn": 1, "fail": 2}
+    for gpu in gpus:
+        free = gpu.memory_free_bytes if gpu.memory_free_bytes is not None else gpu.memory_total_bytes
+        if free is None:
+            parts.append(f"GPU{gpu.index}: free memory unknown")
+            continue
+        verdict = estimator.fit(est, free)
+        label = str(getattr(verdict, "verdict", getattr(verdict, "status", verdict)))
+        status = "pass" if label in ("fits", "fit", "pass") else ("warn" if label in ("tight", "warn") else "fail")
+        parts.append(f"GPU{gpu.index}: {label} ({(peak or 0) / GIB:.1f} of {free / GIB:.1f} GiB free)")
+        if order[status] > order[worst_status]:
+            worst_status = status
+            lever = str(getattr(verdict, "lever", "") or getattr(verdict, "hint", "") or "")
+    hint = lever if worst_status != "pass" else ""
+    if worst_status != "pass" and not hint:
+        hint = "use QLoRA, enable gradient_checkpointing, shorten seq_len, or shard with sharding = \"fsdp\""
+    return result("mem.fit", title, worst_status, node.name, f"{'; '.join(parts)} — dp={dp}, {source}", hint)

@@ -1,0 +1,259 @@
+"""``ftwiz``: the command line entry point.
+
+``ftwiz`` alone opens the Textual wizard; ``ftwiz --check`` runs the pre-launch checklist headless;
+``--launch`` / ``--attach`` / ``--stop`` drive runs. Imports are lazy so ``ftwiz --help`` starts fast and
+never imports torch, textual, paramiko or httpx.
+
+Exit codes: 0 nothing failed (warnings allowed), 1 a check (or the action) failed, 2 a config or usage
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Optional, Sequence
+
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_DESCRIPTION = """\
+Fine-tuning cluster wizard. Checks a handful of GPU machines before launch (agents, SSH, GPUs, software
+parity, memory fit, disk, clocks, network, rendezvous port, data) and launches torchrun on every node.
+
+Config: --config PATH, else ./ftwiz.toml, else ~/.config/ftwiz/ftwiz.toml; with none, this machine is
+a one-node cluster (a local agent is started and stopped for you).
+"""
+
+_EPILOG = """\
+exit codes: 0 = nothing failed (warnings allowed), 1 = a check failed, 2 = config or usage error.
+--json prints {"ok": bool, "cluster": {...}, "checks": [{"id","title","status","node","detail","hint"}]}.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (stdlib only)."""
+    parser = argparse.ArgumentParser(prog="ftwiz", description=_DESCRIPTION, epilog=_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", metavar="PATH", help="ftwiz.toml to use (default: ./ftwiz.toml, then ~/.config/ftwiz/ftwiz.toml)")
+    actions = parser.add_mutually_exclusive_group()
+    actions.add_argument("--check", action="store_true", help="run the pre-launch checklist headless and exit")
+    actions.add_argument("--launch", action="store_true", help="run the checklist, then launch the job on every node")
+    actions.add_argument("--attach", nargs="?", const="", metavar="RUN_ID", help="follow a running job (default: the latest run)")
+    actions.add_argument("--stop", metavar="RUN_ID", help="stop every process of a run on every node")
+    parser.add_argument("--json", action="store_true", help="with --check: print the results as JSON on stdout")
+    parser.add_argument("--no-ssh", action="store_true", help="with --check: skip the SSH logins (and the checks that need them)")
+    parser.add_argument("--yes", "-y", action="store_true", help="with --launch: do not ask for confirmation")
+    parser.add_argument("--detach", action="store_true", help="with --launch: start the run and return")
+    parser.add_argument("--resume", action="store_true", help="with --launch: resume from the latest checkpoint")
+    parser.add_argument("--force", action="store_true", help="with --launch: launch even if checks warn or fail")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    return parser
+
+
+def _err(message: str) -> None:
+    print(f"ftwiz: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``ftwiz`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from shared.version import __version__
+
+        print(f"ftwiz {__version__}")
+        return EXIT_OK
+    launch_only = [flag for flag, value in (("--yes", args.yes), ("--detach", args.detach), ("--resume", args.resume),
+                                            ("--force", args.force)) if value]
+    if launch_only and not args.launch:
+        parser.error(f"{', '.join(launch_only)} only go with --launch")
+    if (args.json or args.no_ssh) and not args.check:
+        parser.error("--json and --no-ssh only go with --check")
+
+    from shared.config import ConfigError
+    from tui.config_io import load_config
+
+    try:
+        loaded = load_config(args.config)
+    except ConfigError as exc:
+        _err(f"config error: {exc}")
+        return EXIT_USAGE
+    try:
+        with _local_agent(loaded.config):
+            if args.check:
+                return _check(loaded, json_output=args.json, ssh=not args.no_ssh)
+            if args.launch or args.attach is not None or args.stop:
+                return _delegate(args, loaded)
+            return _app(loaded)
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+# --------------------------------------------------------------------------- local agent
+
+
+class _local_agent:
+    """Start the local agent for ``local = true`` nodes; failures become a warning (the check shows the node down)."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.agent = None
+
+    def __enter__(self) -> "_local_agent":
+        if not any(n.local for n in self.config.nodes):
+            return self
+        from tui.local_agent import LocalAgent, LocalAgentError
+
+        self.agent = LocalAgent(self.config)
+        try:
+            self.agent.start()
+        except LocalAgentError as exc:
+            _err(f"warning: {exc}")
+        else:
+            if self.agent.started:
+                _err(f"started a local agent on {self.agent.url} (stopped on exit; log: {self.agent.log_path})")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+
+
+# --------------------------------------------------------------------------- --check
+
+
+def _check(loaded: Any, *, json_output: bool, ssh: bool) -> int:
+    import asyncio
+
+    from tui.checks.engine import run_checklist_full
+
+    progress = _Progress(sys.stderr)
+    run = asyncio.run(run_checklist_full(loaded.config, progress=progress, ssh=ssh))
+    progress.finish(run)
+    if json_output:
+        import json
+
+        print(json.dumps(checklist_json(loaded, run), indent=2))
+    elif sys.stdout.isatty():
+        _print_table(run.results)
+    else:
+        _print_plain(run.results)
+    return EXIT_OK if run.ok else EXIT_FAILED
+
+
+def checklist_json(loaded: Any, run: Any) -> dict[str, Any]:
+    """The ``--json`` document: ``{"ok", "cluster", "checks"}`` (documented in the README)."""
+    config = loaded.config
+    return {
+        "ok": run.ok,
+        "cluster": {
+            "name": config.cluster.name,
+            "config": str(loaded.path) if loaded.path else None,
+            "master": config.master.name,
+            "nodes": [
+                {
+                    "name": n.name,
+                    "host": n.host,
+                    "state": run.statuses[n.name].state.value if n.name in run.statuses else "unknown",
+                    "message": run.statuses[n.name].message if n.name in run.statuses else "",
+                }
+                for n in config.nodes
+            ],
+        },
+        "checks": [r.model_dump(mode="json") for r in run.results],
+        "seconds": round(run.seconds, 3),
+    }
+
+
+class _Progress:
+    """Progress on stderr: one rewritten line on a terminal, a line per phase otherwise."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self.tty:
+            self.stream.write(f"\r\x1b[2Kchecking [{done}/{total}] {label}")
+            self.stream.flush()
+        elif ":" in label:  # phases (agents, ssh), not every single check
+            print(f"ftwiz: {label}", file=self.stream, flush=True)
+
+    def finish(self, run: Any) -> None:
+        counts = {s: sum(1 for r in run.results if r.status == s) for s in ("pass", "warn", "fail", "skip")}
+        summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+        if self.tty:
+            self.stream.write("\r\x1b[2K")
+        print(f"ftwiz: checklist done in {run.seconds:.2f} s: {summary}", file=self.stream, flush=True)
+
+
+_MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP"}
+
+
+def _print_plain(results: Sequence[Any]) -> None:
+    for r in results:
+        node = r.node or "-"
+        print(f"{_MARK[r.status]}  {r.id}  {node}  {r.detail}")
+        if r.hint and r.status != "pass":
+            print(f"      fix: {r.hint}")
+
+
+def _print_table(results: Sequence[Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    style = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+    table = Table(show_header=True, header_style="bold", expand=True)
+    table.add_column("", width=4, no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("node", no_wrap=True)
+    table.add_column("detail / fix", ratio=1)
+    for r in results:
+        cell = Text(r.detail)
+        if r.hint and r.status != "pass":
+            cell.append("\n→ " + r.hint, style="cyan")
+        table.add_row(Text(_MARK[r.status], style=style[r.status]), r.id, r.node or "", cell)
+    Console().print(table)
+
+
+# --------------------------------------------------------------------------- delegated actions
+
+
+def _delegate(args: argparse.Namespace, loaded: Any) -> int:
+    try:
+        from tui.launch import commands
+    except ImportError as exc:
+        _err(f"launching is not available in this build ({exc}); `ftwiz --check` works")
+        return EXIT_USAGE
+    if args.launch:
+        return int(commands.launch(loaded.config, yes=args.yes, detach=args.detach, resume=args.resume, force=args.force))
+    if args.attach is not None:
+        return int(commands.attach(loaded.config, args.attach or None))
+    return int(commands.stop(loaded.config, args.stop))
+
+
+def _app(loaded: Any) -> int:
+    if not sys.stdin.isatty() or not sys.stdout.isatty():
+        _err("the wizard needs a terminal; for scripts use `ftwiz --check` (add --json for machine-readable output)")
+        return EXIT_USAGE
+    try:
+        from tui.app import main as app_main
+    except ImportError as exc:
+        _err(f"the interactive wizard is not available in this build ({exc}); use `ftwiz --check`")
+        return EXIT_USAGE
+    if not callable(app_main):  # tui/app/main.py as a module
+        app_main = getattr(app_main, "main", None)
+    if app_main is None:
+        _err("the interactive wizard is not available in this build (tui.app.main missing); use `ftwiz --check`")
+        return EXIT_USAGE
+    return int(app_main(loaded.config, loaded.path))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

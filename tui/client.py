@@ -1,0 +1,352 @@
+"""Talking to every node's ftwiz-agent at once.
+
+:class:`AgentClient` holds one :class:`httpx.AsyncClient` (keep-alive, one connection pool) for the
+whole cluster and polls every agent concurrently, each with its own timeout
+(``cluster.agent_timeout_s``). A node that does not answer is a *state* (:class:`NodeState`), never an
+exception: callers get a :class:`NodeStatus` for reports and an :class:`AgentReply` for every other call,
+each with a message and the fix.
+
+Usage::
+
+    async with AgentClient(config) as client:
+        statuses = await client.poll()            # {node name: NodeStatus}
+        reply = await client.probe_connect("node1", "10.0.0.1", 29500)
+        if reply.ok: print(reply.value.latency_ms)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Generic, Optional, TypeVar, Union
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from shared.config import FtwizConfig, NodeConfig
+from shared.models import (
+    SCHEMA_VERSION,
+    BandwidthProbeResult,
+    ConnectProbeResult,
+    Health,
+    ListenProbeResult,
+    NodeReport,
+    RefreshResult,
+    RunStopResult,
+)
+from shared.version import __version__
+
+__all__ = ["AgentClient", "AgentReply", "NodeState", "NodeStatus", "read_token"]
+
+T = TypeVar("T", bound=BaseModel)
+NodeRef = Union[str, NodeConfig]
+
+
+class NodeState(str, enum.Enum):
+    """What the controller knows about a node's agent."""
+
+    UP = "up"
+    """Answered with a valid report."""
+    DOWN = "down"
+    """No answer (refused, timed out, unresolvable) or a server error."""
+    UNAUTHORIZED = "unauthorized"
+    """Answered, but rejected our token (or we have none)."""
+    INCOMPATIBLE = "incompatible"
+    """Answered with a different wire-schema major version, or not like an ftwiz agent."""
+
+
+@dataclass
+class NodeStatus:
+    """One node's state after a report request."""
+
+    node: str
+    """Node name."""
+    url: str
+    """The agent's base URL."""
+    state: NodeState
+    """up / down / unauthorized / incompatible."""
+    message: str = ""
+    """What happened, for a node that is not up."""
+    hint: str = ""
+    """The fix, for a node that is not up."""
+    report: Optional[NodeReport] = None
+    """The report, when up."""
+    sent_at: Optional[float] = None
+    """Controller wall clock (time.time) when the request was sent."""
+    received_at: Optional[float] = None
+    """Controller wall clock when the answer arrived."""
+    rtt_s: Optional[float] = None
+    """Round-trip time of the request."""
+
+    @property
+    def up(self) -> bool:
+        """The node answered with a valid report."""
+        return self.state is NodeState.UP
+
+    @property
+    def clock_offset_s(self) -> Optional[float]:
+        """Agent clock minus controller clock, corrected by half the round trip."""
+        if self.report is None or self.sent_at is None or self.received_at is None:
+            return None
+        return self.report.time_unix - (self.sent_at + self.received_at) / 2.0
+
+
+@dataclass
+class AgentReply(Generic[T]):
+    """The answer to one agent call: a value, or the node's state and why not."""
+
+    node: str
+    """Node name."""
+    state: NodeState
+    """UP when the agent answered (even with an HTTP error such as 409)."""
+    value: Optional[T] = None
+    """The decoded response, when the call succeeded."""
+    status_code: Optional[int] = None
+    """HTTP status, when an answer arrived."""
+    error: Optional[str] = None
+    """Why there is no value."""
+    hint: str = ""
+    """The fix, when there is one."""
+
+    @property
+    def ok(self) -> bool:
+        """The call succeeded and ``value`` is set."""
+        return self.value is not None
+
+
+def read_token(path: str) -> tuple[Optional[str], Optional[str]]:
+    """Read the agents' bearer token: ``(token, None)`` or ``(None, why not)``."""
+    expanded = os.path.expanduser(path)
+    try:
+        with open(expanded, encoding="utf-8") as handle:
+            token = handle.read().strip()
+    except FileNotFoundError:
+        return None, f"token file {path} not found"
+    except OSError as exc:
+        return None, f"cannot read token file {path}: {exc.strerror or exc}"
+    if not token:
+        return None, f"token file {path} is empty"
+    return token, None
+
+
+def _schema_major(version: Any) -> Optional[str]:
+    return str(version).split(".", 1)[0] if version is not None else None
+
+
+class AgentClient:
+    """Concurrent, keep-alive HTTP client for every agent of a cluster.
+
+    ``token`` overrides ``cluster.agent_token_file``; ``transport`` lets tests pass a real alternative
+    transport. Use as an async context manager (or call :meth:`aclose`).
+    """
+
+    def __init__(
+        self,
+        config: FtwizConfig,
+        *,
+        token: Optional[str] = None,
+        timeout: Optional[float] = None,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> None:
+        self.config = config
+        self.timeout = timeout if timeout is not None else config.cluster.agent_timeout_s
+        self.token_error: Optional[str] = None
+        if token is None:
+            token, self.token_error = read_token(config.cluster.agent_token_file)
+        self._token = token
+        headers = {"User-Agent": f"ftwiz/{__version__}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        limits = httpx.Limits(max_connections=max(32, 4 * len(config.nodes)), max_keepalive_connections=max(16, 2 * len(config.nodes)))
+        # trust_env=False: a corporate HTTP(S)_PROXY must never see the token or intercept node traffic.
+        self._http = httpx.AsyncClient(headers=headers, limits=limits, transport=transport, trust_env=False)
+
+    async def __aenter__(self) -> "AgentClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    # ------------------------------------------------------------------ addressing
+
+    def _node(self, node: NodeRef) -> NodeConfig:
+        return node if isinstance(node, NodeConfig) else self.config.node(node)
+
+    def base_url(self, node: NodeRef) -> str:
+        """``http://host:port`` of ``node``'s agent (IPv6 literals bracketed)."""
+        cfg = self._node(node)
+        host = f"[{cfg.host}]" if ":" in cfg.host and not cfg.host.startswith("[") else cfg.host
+        return f"http://{host}:{self.config.agent_port(cfg)}"
+
+    def _down_hint(self, cfg: NodeConfig) -> str:
+        port = self.config.agent_port(cfg)
+        return (
+            f"start the agent on {cfg.name}: ftwiz-agent --host 0.0.0.0 --port {port} --token-file "
+            f"{self.config.cluster.agent_token_file} --node-name {cfg.name} (check with: curl http://{cfg.host}:{port}/healthz)"
+        )
+
+    def _token_hint(self, cfg: NodeConfig) -> str:
+        path = self.config.cluster.agent_token_file
+        return (
+            f"use the same token everywhere: copy {path} from {cfg.name} (scp {cfg.host}:{path} {path}; chmod 600 {path}), "
+            "or create one with `python -m agent token PATH` and restart every agent with --token-file PATH"
+        )
+
+    # ------------------------------------------------------------------ reports
+
+    async def poll(self) -> dict[str, NodeStatus]:
+        """Every node's report, fetched concurrently; keys in config order."""
+        statuses = await asyncio.gather(*(self.report(n) for n in self.config.nodes))
+        return {s.node: s for s in statuses}
+
+    async def report(self, node: NodeRef) -> NodeStatus:
+        """``GET /v1/report`` of one node, as a :class:`NodeStatus` (never raises for network errors)."""
+        cfg = self._node(node)
+        url = self.base_url(cfg)
+        if self._token is None:
+            return NodeStatus(cfg.name, url, NodeState.UNAUTHORIZED, self.token_error or "no token", self._token_hint(cfg))
+        sent = time.time()
+        start = time.perf_counter()
+        try:
+            response = await self._http.get(url + "/v1/report", timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            return NodeStatus(cfg.name, url, NodeState.DOWN, _network_message(exc, url, self.timeout), self._down_hint(cfg))
+        rtt = time.perf_counter() - start
+        received = time.time()
+        status = NodeStatus(cfg.name, url, NodeState.UP, sent_at=sent, received_at=received, rtt_s=rtt)
+        problem = self._classify(cfg, response)
+        if problem is not None:
+            status.state, status.message, status.hint = problem
+            return status
+        try:
+            body = response.json()
+        except ValueError:
+            status.state, status.message = NodeState.INCOMPATIBLE, f"{url}/v1/report did not return JSON: not an ftwiz agent?"
+            status.hint = f"check that port {self.config.agent_port(cfg)} on {cfg.name} is ftwiz-agent"
+            return status
+        theirs = _schema_major(body.get("schema_version") if isinstance(body, dict) else None)
+        if theirs != _schema_major(SCHEMA_VERSION):
+            status.state = NodeState.INCOMPATIBLE
+            status.message = (
+                f"agent speaks wire schema {body.get('schema_version') if isinstance(body, dict) else '?'} "
+                f"(agent {body.get('agent_version', '?') if isinstance(body, dict) else '?'}); this ftwiz {__version__} speaks {SCHEMA_VERSION}"
+            )
+            status.hint = f"install the same ftwiz version on this machine and on {cfg.name} (pip install ftwiz=={__version__})"
+            return status
+        try:
+            status.report = NodeReport.model_validate(body)
+        except ValidationError as exc:
+            status.state = NodeState.INCOMPATIBLE
+            status.message = f"report does not match schema {SCHEMA_VERSION}: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}"
+            status.hint = f"install the same ftwiz version on this machine and on {cfg.name} (pip install ftwiz=={__version__})"
+        return status
+
+    def _classify(self, cfg: NodeConfig, response: httpx.Response) -> Optional[tuple[NodeState, str, str]]:
+        """Map an HTTP error status to a node state, message and hint (None when 2xx)."""
+        code = response.status_code
+        if code < 400:
+            return None
+        detail = _detail(response)
+        if code in (401, 403):
+            return NodeState.UNAUTHORIZED, f"agent rejected the token from {self.config.cluster.agent_token_file} (HTTP {code})", self._token_hint(cfg)
+        if code == 404 and response.request.url.path.endswith("/v1/report"):
+            return NodeState.INCOMPATIBLE, f"{self.base_url(cfg)} has no /v1/report: not an ftwiz agent, or a very old one", (
+                f"check that port {self.config.agent_port(cfg)} on {cfg.name} is ftwiz-agent {__version__}"
+            )
+        return NodeState.DOWN, f"agent error HTTP {code}: {detail}", f"see the agent's log on {cfg.name}"
+
+    # ------------------------------------------------------------------ calls
+
+    async def _call(
+        self,
+        node: NodeRef,
+        method: str,
+        path: str,
+        model: type[T],
+        *,
+        json: Optional[dict[str, Any]] = None,
+        timeout: Optional[float] = None,
+        auth: bool = True,
+    ) -> AgentReply[T]:
+        cfg = self._node(node)
+        url = self.base_url(cfg)
+        if auth and self._token is None:
+            return AgentReply(cfg.name, NodeState.UNAUTHORIZED, error=self.token_error or "no token", hint=self._token_hint(cfg))
+        wait = timeout if timeout is not None else self.timeout
+        try:
+            response = await self._http.request(method, url + path, json=json, timeout=wait)
+        except httpx.HTTPError as exc:
+            return AgentReply(cfg.name, NodeState.DOWN, error=_network_message(exc, url, wait), hint=self._down_hint(cfg))
+        if response.status_code >= 400:
+            problem = self._classify(cfg, response)
+            state, message, hint = problem if problem else (NodeState.DOWN, "", "")
+            if response.status_code not in (401, 403) and response.status_code < 500:
+                # The agent is fine; the request was refused (409 port taken, 422 bad input, 404 unknown run).
+                state, message, hint = NodeState.UP, f"HTTP {response.status_code}: {_detail(response)}", ""
+            return AgentReply(cfg.name, state, status_code=response.status_code, error=message, hint=hint)
+        try:
+            value = model.model_validate(response.json())
+        except (ValueError, ValidationError) as exc:
+            return AgentReply(cfg.name, NodeState.INCOMPATIBLE, status_code=response.status_code, error=f"unexpected answer to {path}: {exc}")
+        return AgentReply(cfg.name, NodeState.UP, value=value, status_code=response.status_code)
+
+    async def health(self, node: NodeRef) -> AgentReply[Health]:
+        """``GET /healthz`` (no token needed)."""
+        return await self._call(node, "GET", "/healthz", Health, auth=False)
+
+    async def probe_connect(self, node: NodeRef, host: str, port: int, timeout_s: float = 3.0) -> AgentReply[ConnectProbeResult]:
+        """Ask ``node``'s agent to open a TCP connection to ``host:port`` (the agent caps timeout_s at 10)."""
+        body = {"host": host, "port": port, "timeout_s": min(timeout_s, 10.0)}
+        return await self._call(node, "POST", "/v1/probe/connect", ConnectProbeResult, json=body, timeout=self.timeout + timeout_s)
+
+    async def probe_listen(self, node: NodeRef, port: int, ttl_s: float = 10.0) -> AgentReply[ListenProbeResult]:
+        """Ask ``node``'s agent to listen on ``port`` for ``ttl_s`` s; status_code 409 means the port is taken."""
+        return await self._call(node, "POST", "/v1/probe/listen", ListenProbeResult, json={"port": port, "ttl_s": min(ttl_s, 120.0)})
+
+    async def probe_bandwidth(self, node: NodeRef, peer_url: str, seconds: float = 1.0) -> AgentReply[BandwidthProbeResult]:
+        """Ask ``node``'s agent to stream to ``peer_url`` (another agent) for ``seconds`` (≤ 10)."""
+        body = {"peer_url": peer_url, "seconds": min(seconds, 10.0)}
+        return await self._call(node, "POST", "/v1/probe/bandwidth", BandwidthProbeResult, json=body, timeout=self.timeout + 2 * seconds + 2)
+
+    async def refresh(self, node: NodeRef) -> AgentReply[RefreshResult]:
+        """``POST /v1/refresh``: re-probe the training interpreter now."""
+        return await self._call(node, "POST", "/v1/refresh", RefreshResult, timeout=max(self.timeout, 30.0))
+
+    async def stop_run(self, node: NodeRef, run_id: str) -> AgentReply[RunStopResult]:
+        """``POST /v1/runs/{run_id}/stop``: signal every process of the run on ``node``."""
+        from urllib.parse import quote
+
+        return await self._call(node, "POST", f"/v1/runs/{quote(run_id, safe='')}/stop", RunStopResult, timeout=max(self.timeout, 15.0))
+
+    async def stop_run_everywhere(self, run_id: str) -> dict[str, AgentReply[RunStopResult]]:
+        """:meth:`stop_run` on every node concurrently."""
+        replies = await asyncio.gather(*(self.stop_run(n, run_id) for n in self.config.nodes))
+        return {r.node: r for r in replies}
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200] or response.reason_phrase
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])[:300]
+    return str(body)[:200]
+
+
+def _network_message(exc: httpx.HTTPError, url: str, timeout: float) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer from {url} within {timeout:g} s"
+    if isinstance(exc, httpx.ConnectError):
+        text = str(exc) or type(exc).__name__
+        if "refused" in text.lower():
+            return f"connection to {url} refused: no agent listening"
+        return f"cannot connect to {url}: {text}"
+    return f"{url}: {type(exc).__name__}: {exc}"
