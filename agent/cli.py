@@ -1,0 +1,154 @@
+"""``ftwiz-agent``: serve the node agent (default), or create a token file.
+
+    ftwiz-agent [serve] --token-file F [--host H] [--port 8462] [--node-name N] [--python PY]
+                        [--disk-path D ...] [--interval S] [--log-level L] [--gpu-fixture PATH]
+    ftwiz-agent token PATH [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from shared.version import __version__
+
+from .settings import DEFAULT_PORT, AgentSettings
+from .tokens import TokenError, create_token_file, read_token_file
+
+__all__ = ["main", "build_serve_parser", "build_token_parser"]
+
+EXIT_USAGE = 2
+DEFAULT_TOKEN_FILE = "~/.config/ftwiz/agent.token"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``ftwiz-agent`` console script; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "token":
+        return _token(build_token_parser().parse_args(args[1:]))
+    if args and args[0] == "serve":
+        args = args[1:]
+    return _serve(build_serve_parser().parse_args(args))
+
+
+def build_serve_parser() -> argparse.ArgumentParser:
+    """Options of ``ftwiz-agent [serve]``."""
+    parser = argparse.ArgumentParser(
+        prog="ftwiz-agent",
+        description="ftwiz node agent: reports GPU, host, network and software health over token-authenticated HTTP.",
+        epilog="Create a token file first with: ftwiz-agent token PATH (copy the same file to every node).",
+    )
+    parser.add_argument("--version", action="version", version=f"ftwiz-agent {__version__}")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all IPv4 addresses)")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"TCP port (default: {DEFAULT_PORT})")
+    parser.add_argument("--token-file", default=DEFAULT_TOKEN_FILE, help=f"file holding the shared token, mode 0600 (default: {DEFAULT_TOKEN_FILE})")
+    parser.add_argument("--node-name", default=None, help="this node's name in the cluster config (default: the hostname)")
+    parser.add_argument("--python", default=sys.executable, help="training interpreter whose versions are reported (default: the agent's own)")
+    parser.add_argument("--disk-path", action="append", default=None, metavar="PATH", help="report free space here; repeatable (default: home directory)")
+    parser.add_argument("--interval", type=_positive_float, default=1.0, metavar="SECONDS", help="seconds between hardware samples (default: 1.0)")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info", type=str.lower, help="log level (default: info)")
+    parser.add_argument("--gpu-fixture", type=Path, default=None, metavar="PATH", help="serve GPUs from a constructed NVML fixture (GPU-less tests and demos)")
+    parser.add_argument(
+        "--probe-allow", action="append", type=_network, default=None, metavar="CIDR",
+        help="connect/bandwidth probes only reach IP addresses in these networks; repeatable (default: anywhere)",
+    )
+    parser.add_argument("--stop-grace", type=_positive_float, default=5.0, metavar="SECONDS", help="SIGTERM-to-SIGKILL grace when stopping a run (default: 5)")
+    return parser
+
+
+def build_token_parser() -> argparse.ArgumentParser:
+    """Options of ``ftwiz-agent token``."""
+    parser = argparse.ArgumentParser(prog="ftwiz-agent token", description="Create a random agent token file with mode 0600.")
+    parser.add_argument("path", help="where to write the token (parent folders are created with mode 0700)")
+    parser.add_argument("--force", action="store_true", help="replace an existing token file")
+    return parser
+
+
+def _token(args: argparse.Namespace) -> int:
+    try:
+        path = create_token_file(args.path, force=args.force)
+    except TokenError as error:
+        print(f"ftwiz-agent: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:
+        print(f"ftwiz-agent: cannot write {args.path}: {error.strerror or error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote a new agent token to {path} (mode 0600); copy this file to every node and to the controller")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        token = read_token_file(args.token_file)
+    except TokenError as error:
+        print(f"ftwiz-agent: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = AgentSettings(
+        node_name=args.node_name or socket.gethostname(),
+        token=token,
+        python=args.python,
+        disk_paths=tuple(args.disk_path or [os.path.expanduser("~")]),
+        interval_s=args.interval,
+        gpu_fixture=args.gpu_fixture,
+        probe_allow=tuple(args.probe_allow or ()),
+        stop_grace_s=args.stop_grace,
+    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Imported here so `ftwiz-agent token` and `--help` stay fast.
+    import uvicorn
+
+    from .main import create_app
+    from .probes.gpu_fixture import FixtureError
+
+    try:
+        app = create_app(settings)
+    except FixtureError as error:
+        print(f"ftwiz-agent: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=args.log_level == "debug",  # an access line per request costs more CPU than the request
+        server_header=False,
+        proxy_headers=False,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    # uvicorn returns instead of raising when it cannot bind; its log line says why.
+    return 0 if server.started else 1
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0-65535)")
+    return port
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return value
+
+
+def _network(text: str):
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a network like 10.0.0.0/8 or 127.0.0.1/32") from None

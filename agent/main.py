@@ -1,0 +1,51 @@
+"""Assemble the agent's FastAPI application: lifespan, middleware and routers."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import AsyncIterator, Optional
+
+from fastapi import Depends, FastAPI
+
+from shared.version import __version__
+
+from .bodylimit import BodyLimitMiddleware
+from .dependencies import require_token
+from .routers import UNAUTHORIZED, health, metrics, probes, report, runs, sink
+from .sampler import Sampler
+from .settings import AgentSettings
+from .state import AgentState, default_sampler
+
+__all__ = ["create_app"]
+
+_SINK_PATH = "/v1/sink"
+
+
+def create_app(settings: AgentSettings, *, sampler: Optional[Sampler] = None) -> FastAPI:
+    """The agent application; ``sampler`` defaults to the one ``settings`` describe."""
+    state = AgentState(settings=settings, sampler=sampler or default_sampler(settings))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.sampler.start()
+        try:
+            yield
+        finally:
+            state.listeners.close_all()
+            state.sampler.stop()
+
+    app = FastAPI(
+        title="ftwiz-agent",
+        version=__version__,
+        summary="Node health over authenticated HTTP: GPUs, host, network, software; network probes; run stop.",
+        lifespan=lifespan,
+        docs_url=None,  # no browser UI assets on a GPU node; the schema is at /openapi.json
+        redoc_url=None,
+    )
+    app.state.agent = state
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_json_body_bytes, exempt_paths=[_SINK_PATH])
+    protected = {"dependencies": [Depends(require_token)], "responses": UNAUTHORIZED}
+    app.include_router(health.router)
+    for router in (report.router, metrics.router, probes.router, sink.router, runs.router):
+        app.include_router(router, **protected)
+    return app

@@ -1,0 +1,182 @@
+"""Stop every process of a run on this node: the ones whose environment holds ``FTWIZ_RUN_ID``.
+
+The launcher starts each node's torchrun in its own session, so a matching process normally
+leads a process group made only of the run's processes; the whole group gets the signal. A
+group that also holds unrelated processes (a shell, the agent itself) is never signalled as a
+group: only its matching members are. Reading another process's environment needs the same
+uid or CAP_SYS_PTRACE, which is why the agent runs as the user who runs training.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from shared.models import KilledProcess, RunStopResult
+
+__all__ = ["RUN_ID_PATTERN", "RUN_ENV", "find_run_processes", "stop_run"]
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+"""Run ids the agent accepts: they end up in an exact environment match, never in a shell."""
+RUN_ENV = "FTWIZ_RUN_ID"
+"""Environment variable the launcher sets on every process of a run."""
+
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    pgid: int
+    name: Optional[str]
+    cmdline: Optional[str]
+
+
+def find_run_processes(run_id: str, *, proc_root: str = "/proc") -> list[int]:
+    """Pids (other than this agent) whose environment has ``FTWIZ_RUN_ID=<run_id>`` exactly."""
+    if not _RUN_ID.match(run_id):
+        raise ValueError(f"run id {run_id!r} does not match {RUN_ID_PATTERN}")
+    needle = f"{RUN_ENV}={run_id}".encode()
+    own = os.getpid()
+    found = []
+    for entry in os.listdir(proc_root):
+        if not entry.isdigit() or int(entry) == own:
+            continue
+        try:
+            with open(os.path.join(proc_root, entry, "environ"), "rb") as environ:
+                variables = environ.read().split(b"\0")
+        except OSError:  # gone, or another user's process
+            continue
+        if needle in variables:
+            found.append(int(entry))
+    return sorted(found)
+
+
+def stop_run(run_id: str, *, grace_s: float = 5.0, kill_wait_s: float = 2.0) -> RunStopResult:
+    """SIGTERM the run's processes (by group where safe), wait ``grace_s``, SIGKILL the rest."""
+    matching = [proc for pid in find_run_processes(run_id) if (proc := _describe(pid)) is not None]
+    if not matching:
+        return RunStopResult(run_id=run_id)
+    targets = _targets(matching)
+    last_signal: dict[int, str] = {}
+    _send(targets, signal.SIGTERM, last_signal)
+    alive = _wait_gone([proc.pid for proc in matching], grace_s)
+    if alive:
+        _send(targets, signal.SIGKILL, last_signal)
+        alive = _wait_gone(alive, kill_wait_s)
+    killed = [
+        KilledProcess(
+            pid=proc.pid,
+            name=proc.name,
+            cmdline=proc.cmdline,
+            signal=last_signal.get(proc.pid, "SIGTERM"),
+            gone=proc.pid not in alive,
+        )
+        for proc in matching
+    ]
+    return RunStopResult(run_id=run_id, killed=killed, remaining=sorted(alive))
+
+
+@dataclass(frozen=True)
+class _Targets:
+    groups: dict[int, list[int]]
+    """Process groups signalled whole, with the matching pids they hold."""
+    singles: list[int]
+    """Matching pids signalled one by one."""
+
+
+def _targets(matching: list[_Proc]) -> _Targets:
+    own_group = os.getpgrp()
+    matching_pids = {proc.pid for proc in matching}
+    by_group: dict[int, list[int]] = {}
+    for proc in matching:
+        by_group.setdefault(proc.pgid, []).append(proc.pid)
+    groups, singles = {}, []
+    for pgid, pids in by_group.items():
+        members = _group_members(pgid)
+        if pgid > 1 and pgid != own_group and members and members <= matching_pids | _zombies(members):
+            groups[pgid] = pids
+        else:
+            singles.extend(pids)
+    return _Targets(groups=groups, singles=singles)
+
+
+def _send(targets: _Targets, sig: signal.Signals, last_signal: dict[int, str]) -> None:
+    for pgid, pids in targets.groups.items():
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            continue
+        for pid in pids:
+            last_signal[pid] = sig.name
+    for pid in targets.singles:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            continue
+        last_signal[pid] = sig.name
+
+
+def _wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    alive = [pid for pid in pids if _alive(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        alive = [pid for pid in alive if _alive(pid)]
+    return alive
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (a zombie has exited; only its parent's wait is missing)."""
+    state = _stat_fields(pid)
+    return state is not None and state[0] not in ("Z", "X")
+
+
+def _describe(pid: int) -> Optional[_Proc]:
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read().replace(b"\0", b" ").decode("utf-8", errors="replace").strip()[:300] or None
+    except OSError:
+        cmdline = None
+    return _Proc(pid=pid, pgid=int(fields[2]), name=_comm(pid), cmdline=cmdline)
+
+
+def _stat_fields(pid: int) -> Optional[list[str]]:
+    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ..."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces or ')'.
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def _comm(pid: int) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def _group_members(pgid: int) -> set[int]:
+    members = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and len(fields) > 2 and fields[2] == str(pgid):
+                members.add(int(entry))
+    return members
+
+
+def _zombies(pids: Iterable[int]) -> set[int]:
+    return {pid for pid in pids if not _alive(pid)}

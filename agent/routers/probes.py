@@ -1,0 +1,64 @@
+"""``POST /v1/probe/{connect,listen,bandwidth}``: network checks run from this node."""
+
+from fastapi import APIRouter, Depends, HTTPException
+
+from shared.models import (
+    BandwidthProbeRequest,
+    BandwidthProbeResult,
+    ConnectProbeRequest,
+    ConnectProbeResult,
+    ErrorBody,
+    ListenProbeRequest,
+    ListenProbeResult,
+)
+
+from ..dependencies import get_state
+from ..probes import bandwidth, tcp
+from ..state import AgentState
+from . import TOO_LARGE
+
+router = APIRouter(prefix="/v1/probe", tags=["probes"], responses=TOO_LARGE)
+
+
+@router.post("/connect", response_model=ConnectProbeResult, summary="TCP connect from this node")
+async def connect(body: ConnectProbeRequest, state: AgentState = Depends(get_state)) -> ConnectProbeResult:
+    """Whether ``host:port`` accepts a TCP connection from here, and how fast."""
+    return await tcp.connect(body.host, body.port, body.timeout_s, allow=state.settings.probe_allow)
+
+
+@router.post(
+    "/listen",
+    response_model=ListenProbeResult,
+    summary="Hold a temporary TCP listener",
+    responses={
+        409: {"model": ErrorBody, "description": "The port is taken or cannot be bound."},
+        429: {"model": ErrorBody, "description": "Too many listeners held already."},
+    },
+)
+async def listen(body: ListenProbeRequest, state: AgentState = Depends(get_state)) -> ListenProbeResult:
+    """Listen on ``port`` (all IPv4 addresses) for ``ttl_s`` seconds, so peers can test it."""
+    try:
+        return await state.listeners.listen(body.port, body.ttl_s)
+    except tcp.ListenError as error:
+        raise HTTPException(status_code=error.status, detail=error.detail) from None
+
+
+@router.post(
+    "/bandwidth",
+    response_model=BandwidthProbeResult,
+    summary="Stream to a peer agent's sink and measure throughput",
+    responses={429: {"model": ErrorBody, "description": "A bandwidth test is already running on this agent."}},
+)
+async def bandwidth_probe(body: BandwidthProbeRequest, state: AgentState = Depends(get_state)) -> BandwidthProbeResult:
+    """One test at a time per agent; the peer must share this agent's token."""
+    lock = state.bandwidth_lock
+    if lock.locked():
+        raise HTTPException(
+            status_code=429,
+            detail="a bandwidth test is already running on this agent; retry when it ends (at most 10 s)",
+            headers={"Retry-After": "10"},
+        )
+    async with lock:
+        return await bandwidth.stream_to_peer(
+            body.peer_url, body.seconds, token=state.settings.token, allow=state.settings.probe_allow
+        )

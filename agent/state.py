@@ -1,0 +1,43 @@
+"""What one running agent holds: settings, the sampler and the probes' shared state."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Optional
+
+from prometheus_client import CollectorRegistry
+
+from .metrics import build_registry
+from .probes.gpu_fixture import FixtureNvml
+from .probes.nvml import LiveNvml, NvmlSource
+from .probes.tcp import ListenerRegistry
+from .report import ReportCache
+from .sampler import Sampler
+from .settings import AgentSettings
+
+__all__ = ["AgentState", "default_sampler"]
+
+
+def default_sampler(settings: AgentSettings) -> Sampler:
+    """The sampler the command line asks for: live NVML, or the GPU fixture when given."""
+    nvml: NvmlSource = FixtureNvml(settings.gpu_fixture) if settings.gpu_fixture else LiveNvml()
+    return Sampler(nvml=nvml, interval_s=settings.interval_s, disk_paths=settings.disk_paths, python=settings.python)
+
+
+@dataclass
+class AgentState:
+    """Lives on ``app.state.agent`` for the application's lifetime."""
+
+    settings: AgentSettings
+    sampler: Sampler
+    reports: ReportCache = field(init=False)
+    registry: CollectorRegistry = field(init=False)
+    listeners: ListenerRegistry = field(init=False)
+    bandwidth_lock: Optional[asyncio.Lock] = None
+
+    def __post_init__(self) -> None:
+        self.reports = ReportCache(self.sampler, node_name=self.settings.node_name)
+        self.registry = build_registry(self.sampler, node_name=self.settings.node_name)
+        self.listeners = ListenerRegistry(node_name=self.settings.node_name)
+        self.bandwidth_lock = asyncio.Lock()
