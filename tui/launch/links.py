@@ -1,0 +1,294 @@
+"""How the controller talks to one node: over SSH (paramiko) or, for the local node, as subprocesses.
+
+Both links take *shell command strings* that the caller built from quoted pieces only
+(:mod:`tui.launch.plan`), run them through ``sh -c`` on the node, and offer the same four
+operations: :meth:`exec` (run, collect), :meth:`stream` (a long-running command read line by line
+with a timeout), :meth:`put_files` (write files atomically under a directory) and :meth:`close`.
+A link belongs to the thread that created it; nothing here is shared across threads.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Protocol
+
+from shared.config import ClusterConfig, NodeConfig
+
+__all__ = ["ExecResult", "LineStream", "LocalLink", "NodeLink", "SshLink", "LinkLost", "open_link"]
+
+
+class LinkLost(Exception):
+    """The node stopped answering (channel or transport closed, or the command could not start)."""
+
+
+@dataclass
+class ExecResult:
+    """A finished command."""
+
+    status: int
+    """Exit status (-1 when none came back)."""
+    stdout: str
+    """Decoded standard output."""
+    stderr: str
+    """Decoded standard error."""
+
+
+class LineStream(Protocol):
+    """Lines from a long-running command."""
+
+    def readline(self, timeout: float) -> Optional[str]:
+        """The next line without its newline; ``None`` when none arrived within ``timeout``.
+
+        Raises :class:`EOFError` when the command ended and every line was read.
+        """
+
+    def close(self) -> None:
+        """Stop reading and end the command's channel (never the run itself)."""
+
+
+class NodeLink(Protocol):
+    """One node, reachable."""
+
+    node: str
+
+    def exec(self, command: str, *, timeout: float) -> ExecResult:
+        """Run a shell command and wait at most ``timeout`` s (TimeoutError beyond; LinkLost when gone)."""
+
+    def stream(self, command: str) -> LineStream:
+        """Start a long-running shell command whose stdout is read line by line."""
+
+    def put_files(self, directory: str, files: Mapping[str, bytes]) -> None:
+        """Write ``files`` (relative path → content) under absolute ``directory``, each atomically."""
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+# ------------------------------------------------------------------------------------------- SSH
+
+
+class _ChannelLines:
+    def __init__(self, channel) -> None:
+        self._channel = channel
+        self._buffer = b""
+        self._eof = False
+
+    def readline(self, timeout: float) -> Optional[str]:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            if self._eof:
+                if self._buffer:
+                    line, self._buffer = self._buffer, b""
+                    return line.decode("utf-8", "replace")
+                raise EOFError
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._channel.settimeout(min(remaining, 0.5))
+            try:
+                chunk = self._channel.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError as exc:  # socket.timeout is TimeoutError; anything else means the transport died
+                if "timed out" in str(exc):
+                    continue
+                self._eof = True
+                continue
+            if not chunk:
+                self._eof = True
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        try:
+            self._channel.close()
+        except Exception:
+            pass
+
+
+class SshLink:
+    """A node over one paramiko client, opened with :func:`tui.ssh.connect`."""
+
+    def __init__(self, node: NodeConfig, cluster: ClusterConfig, *, timeout: Optional[float] = None) -> None:
+        from tui.ssh import connect  # deferred: paramiko is slow to import and the CLI's --help must stay fast
+
+        self.node = node.name
+        self._client = connect(node, cluster, timeout=timeout)
+        self._timeout = cluster.ssh_connect_timeout_s
+
+    def _transport(self):
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise LinkLost(f"{self.node}: SSH connection closed")
+        return transport
+
+    def exec(self, command: str, *, timeout: float) -> ExecResult:
+        try:
+            channel = self._transport().open_session(timeout=min(timeout, self._timeout))
+        except LinkLost:
+            raise
+        except Exception as exc:
+            raise LinkLost(f"{self.node}: cannot open an SSH channel: {exc}") from None
+        try:
+            channel.exec_command(command)
+            channel.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = time.monotonic() + timeout
+            while True:
+                while channel.recv_ready():
+                    out += channel.recv(65536)
+                while channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)
+                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    break
+                if channel.closed and not channel.exit_status_ready():
+                    raise LinkLost(f"{self.node}: SSH channel closed before the command finished")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.node}: command did not finish within {timeout:g} s")
+                time.sleep(0.01)
+            status = channel.recv_exit_status()
+        finally:
+            channel.close()
+        return ExecResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def stream(self, command: str) -> LineStream:
+        try:
+            channel = self._transport().open_session(timeout=self._timeout)
+            channel.exec_command(command)
+            channel.shutdown_write()
+        except LinkLost:
+            raise
+        except Exception as exc:
+            raise LinkLost(f"{self.node}: cannot start streaming: {exc}") from None
+        return _ChannelLines(channel)
+
+    def put_files(self, directory: str, files: Mapping[str, bytes]) -> None:
+        try:
+            sftp = self._client.open_sftp()
+        except Exception as exc:
+            raise LinkLost(f"{self.node}: SFTP failed: {exc}") from None
+        try:
+            made = set()
+            for rel, data in files.items():
+                path = f"{directory}/{rel}"
+                parent = path.rsplit("/", 1)[0]
+                _sftp_makedirs(sftp, parent, made)
+                tmp = f"{path}.tmp-{os.getpid()}"
+                with sftp.open(tmp, "wb") as fh:
+                    fh.write(data)
+                sftp.posix_rename(tmp, path)
+        finally:
+            sftp.close()
+
+    def close(self) -> None:
+        try:
+            self._client.close()
+        except Exception:
+            pass
+
+
+def _sftp_makedirs(sftp, path: str, made: set) -> None:
+    if path in made or not path or path == "/":
+        return
+    try:
+        sftp.stat(path)
+    except OSError:
+        _sftp_makedirs(sftp, path.rsplit("/", 1)[0], made)
+        try:
+            sftp.mkdir(path)
+        except OSError:
+            sftp.stat(path)  # raced with another writer: fine if it exists now
+    made.add(path)
+
+
+# ------------------------------------------------------------------------------------------- local
+
+
+class _ProcessLines:
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self._proc = proc
+        self._lines: list[bytes] = []
+        self._eof = False
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._pump, daemon=True, name="ftwiz-local-stream")
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            with self._cond:
+                self._lines.append(raw)
+                self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def readline(self, timeout: float) -> Optional[str]:
+        with self._cond:
+            if not self._lines and not self._eof:
+                self._cond.wait(timeout)
+            if self._lines:
+                return self._lines.pop(0).rstrip(b"\n").decode("utf-8", "replace")
+            if self._eof:
+                raise EOFError
+            return None
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(3)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+
+
+class LocalLink:
+    """The local node (``local = true``): the same commands as subprocesses, no SSH."""
+
+    def __init__(self, node: NodeConfig) -> None:
+        self.node = node.name
+
+    def exec(self, command: str, *, timeout: float) -> ExecResult:
+        try:
+            done = subprocess.run(["sh", "-c", command], capture_output=True, timeout=timeout, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{self.node}: command did not finish within {timeout:g} s") from None
+        return ExecResult(done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"))
+
+    def stream(self, command: str) -> LineStream:
+        proc = subprocess.Popen(
+            ["sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        return _ProcessLines(proc)
+
+    def put_files(self, directory: str, files: Mapping[str, bytes]) -> None:
+        for rel, data in files.items():
+            path = Path(directory) / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+
+    def close(self) -> None:
+        pass
+
+
+def open_link(node: NodeConfig, cluster: ClusterConfig, *, timeout: Optional[float] = None) -> NodeLink:
+    """A link to ``node``: local subprocesses for ``local = true``, SSH otherwise (raises ``SshError``)."""
+    if node.local:
+        return LocalLink(node)
+    return SshLink(node, cluster, timeout=timeout)
+
+
+def python_command(python: str, source: str, *args: str) -> str:
+    """``<python> -c <source> ARGS...`` with every piece quoted (a leading ``~/`` in ``python`` expands)."""
+    from tui.launch.plan import quote_path
+
+    return " ".join([quote_path(python), "-c", shlex.quote(source), *(shlex.quote(a) for a in args)])

@@ -1,0 +1,257 @@
+"""Node-side helper: runs ON each node, standard library only (Python 3.8+).
+
+The controller sends this file's source as ``<python> -c <source> <command> ...`` (quoted), so it
+works on a node before, during and after a run, with nothing installed. Commands:
+
+``follow RUNDIR NODE OFFSET TICK``
+    Stream ``<node>.log`` from byte ``OFFSET``, framed one record a line on stdout:
+    ``P <pgid>`` once known, ``L <end offset> <text>`` per log line, ``T <unix time>`` every ``TICK``
+    seconds (the controller's liveness signal: a cut link shows as missing ticks), and finally
+    ``X <exit code>`` when torchrun ended by itself or ``X gone`` when its process group vanished
+    without an exit code (signalled).
+``kill RUN_ID NODE GRACE [PGID]``
+    SIGTERM (then SIGCONT, so a stopped process can act on it) to the process group and to every
+    process whose environment carries ``FTWIZ_RUN_ID=RUN_ID`` and ``FTWIZ_NODE=NODE``; after
+    ``GRACE`` s SIGKILL what is left; print one JSON object ``{"killed": [...], "remaining": [...]}``.
+    Matching the node as well as the run keeps nodes that share a PID space (containers,
+    network-namespace test nodes) from killing each other's processes.
+``signal RUN_ID NODE SIGNAME``
+    Send a signal to the run's workers on this node (processes with ``RANK`` in their
+    environment); print JSON ``{"signalled": [{"pid", "rank"}]}``.
+``ps RUN_ID NODE``
+    Print JSON ``{"processes": [{"pid", "cmdline", "rank"}]}`` of the run's processes on this node.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def _environ(pid):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
+    except OSError:
+        return ""
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def run_processes(run_id, node):
+    """Processes on this node that carry the run's tag (pid, env)."""
+    found = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        env = _environ(pid)
+        if env and env.get("FTWIZ_RUN_ID") == run_id and env.get("FTWIZ_NODE") == node and _alive(pid):
+            found.append((pid, env))
+    return found
+
+
+def _group_pids(pgid):
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid and _alive(int(entry)):
+                    pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def _send(pid, sig):
+    try:
+        os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+
+
+def cmd_kill(run_id, node, grace, pgid=None):
+    """TERM → grace → KILL everything of the run on this node; report it as JSON."""
+    killed = {}
+
+    def targets():
+        pids = {pid for pid, _ in run_processes(run_id, node)}
+        if pgid:
+            pids.update(_group_pids(pgid))
+        return pids
+
+    first = targets()
+    if pgid:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+            os.killpg(pgid, signal.SIGCONT)
+        except OSError:
+            pass
+    for pid in first:
+        killed[pid] = {"pid": pid, "cmdline": _cmdline(pid), "signal": "SIGTERM"}
+        _send(pid, signal.SIGTERM)
+        _send(pid, signal.SIGCONT)
+    deadline = time.time() + grace
+    while time.time() < deadline and targets():
+        time.sleep(0.1)
+    for pid in targets():
+        info = killed.setdefault(pid, {"pid": pid, "cmdline": _cmdline(pid)})
+        info["signal"] = "SIGKILL"
+        _send(pid, signal.SIGKILL)
+    if pgid:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.time() + 3.0
+    while time.time() < deadline and targets():
+        time.sleep(0.05)
+    remaining = sorted(targets())
+    for pid, info in killed.items():
+        info["gone"] = pid not in remaining
+    print(json.dumps({"killed": sorted(killed.values(), key=lambda k: k["pid"]), "remaining": remaining}))
+    return 0
+
+
+def cmd_signal(run_id, node, signame):
+    """Signal the run's worker processes (they have RANK in their environment)."""
+    sig = getattr(signal, signame)
+    done = []
+    for pid, env in run_processes(run_id, node):
+        if "RANK" in env and _send(pid, sig):
+            done.append({"pid": pid, "rank": int(env["RANK"]) if env["RANK"].isdigit() else None})
+    print(json.dumps({"signalled": done}))
+    return 0
+
+
+def cmd_ps(run_id, node):
+    """List the run's processes on this node."""
+    procs = [
+        {"pid": pid, "cmdline": _cmdline(pid), "rank": env.get("RANK")}
+        for pid, env in run_processes(run_id, node)
+    ]
+    print(json.dumps({"processes": procs}))
+    return 0
+
+
+def _emit(text):
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _read_int(path):
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def cmd_follow(rundir, node, offset, tick):
+    """Stream the node log, framed, with ticks; end with the exit code."""
+    log = os.path.join(rundir, node + ".log")
+    pgid_file = os.path.join(rundir, node + ".pgid")
+    exit_file = os.path.join(rundir, node + ".exit")
+    pgid = None
+    handle = None
+    pending = b""
+    last_tick = 0.0
+    gone_since = None
+    waited_since = time.time()
+    while True:
+        now = time.time()
+        if now - last_tick >= tick:
+            _emit("T %.3f" % now)
+            last_tick = now
+        if pgid is None:
+            text = _read_int(pgid_file)
+            if text and text.isdigit():
+                pgid = int(text)
+                _emit("P %d" % pgid)
+        if handle is None and os.path.exists(log):
+            handle = open(log, "rb")
+            handle.seek(offset)
+        got = False
+        if handle is not None:
+            chunk = handle.read(1 << 16)
+            if chunk:
+                got = True
+                pending += chunk
+                while b"\n" in pending or len(pending) > 65536:
+                    if b"\n" in pending:
+                        line, pending = pending.split(b"\n", 1)
+                        offset += len(line) + 1
+                    else:
+                        line, pending = pending[:65536], pending[65536:]
+                        offset += len(line)
+                    _emit("L %d %s" % (offset, line.decode("utf-8", "replace").replace("\r", "")))
+        if got:
+            continue
+        code = _read_int(exit_file)
+        running = pgid is not None and bool(_group_pids(pgid))
+        if code is not None and not running:
+            _flush_pending(pending, offset)
+            _emit("X %s" % code)
+            return 0
+        if pgid is not None and not running:
+            # The group is gone without an exit file: signalled. Give the file a moment to land.
+            gone_since = gone_since or now
+            if now - gone_since > 1.0:
+                _flush_pending(pending, offset)
+                _emit("X gone")
+                return 0
+        if pgid is None and now - waited_since > 30 and not os.path.exists(log):
+            _emit("X missing")
+            return 0
+        time.sleep(0.2)
+
+
+def _flush_pending(pending, offset):
+    if pending:
+        _emit("L %d %s" % (offset + len(pending), pending.decode("utf-8", "replace")))
+
+
+def main(argv):
+    """Dispatch a command (see the module docstring)."""
+    if not argv:
+        print("usage: follow|kill|signal|ps ...", file=sys.stderr)
+        return 2
+    command, args = argv[0], argv[1:]
+    if command == "follow":
+        return cmd_follow(args[0], args[1], int(args[2]), float(args[3]))
+    if command == "kill":
+        return cmd_kill(args[0], args[1], float(args[2]), int(args[3]) if len(args) > 3 and args[3].isdigit() else None)
+    if command == "signal":
+        return cmd_signal(args[0], args[1], args[2])
+    if command == "ps":
+        return cmd_ps(args[0], args[1])
+    print("unknown command %r" % command, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

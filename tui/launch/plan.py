@@ -1,0 +1,266 @@
+"""The per-node torchrun command: pure planning, no I/O.
+
+:func:`build_plan` turns a config (plus what the agents reported and what the network plan chose)
+into one :class:`NodePlan` per node: the torchrun argv, the environment, and the ``sh`` script that
+runs it on the node. Every value that reaches a shell goes through :func:`shlex.quote`
+(:func:`quote_path` lets a leading ``~/`` expand on the node and quotes the rest).
+
+**Rendezvous and node ranks.** We use the c10d rendezvous at ``MASTER:rendezvous_port`` with the run
+id as ``--rdzv-id``. The master gets ``--rdzv-conf=is_host=true`` and hosts the store, the others
+``is_host=false``, and every node gets ``--local-addr=<its host>``: without both, c10d fails with
+RendezvousConnectionError after 120 s whenever a node's hostname does not resolve to its own address
+(several NICs, ``127.0.1.1`` entries, or network-namespace nodes sharing one hostname). With c10d the
+*node* (group) ranks follow arrival order, so they are **not deterministic** across launches: global
+rank 0 may land on any node. We accept that (static rendezvous would need every node to agree on its
+rank and on a free master port before start, and loses c10d's tolerance of start skew) and instead
+record which node got which global ranks from the workloads' ``started`` lines (``run.json`` →
+``ranks``). Process counts may differ per node; torchrun sums the local world sizes.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from shared.config import FtwizConfig, NodeConfig
+
+__all__ = [
+    "NodePlan",
+    "RUN_ID_RE",
+    "WORKLOAD_PACKAGE",
+    "build_plan",
+    "node_processes",
+    "quote_path",
+    "rundir_rel",
+    "start_command",
+    "start_script",
+    "torchrun_argv",
+]
+
+#: The package name the workloads are copied under on every node (``<rundir>/ftwiz_workloads``).
+WORKLOAD_PACKAGE = "ftwiz_workloads"
+#: What a run id may look like: it appears in paths, argv and environment, so keep it boring.
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: torchrun prefixes every worker line with this (global rank), see ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
+
+
+@dataclass
+class NodePlan:
+    """What runs on one node."""
+
+    node: str
+    """Node name."""
+    host: str
+    """The node's address (``--local-addr``)."""
+    is_master: bool
+    """Whether this node hosts the c10d store."""
+    nproc: int
+    """Processes torchrun starts here."""
+    cuda_visible_devices: Optional[str]
+    """Selected GPU indices, or None when GPUs are not selected (CPU processes)."""
+    workdir: str
+    """The node's workdir as configured (``~`` expands on the node)."""
+    python: str
+    """The training interpreter on the node."""
+    argv: list[str]
+    """The torchrun command line (without the environment)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment exported before torchrun starts."""
+
+    @property
+    def rundir(self) -> str:
+        """``runs/<run id>`` relative to the workdir."""
+        return rundir_rel(self.env["FTWIZ_RUN_ID"])
+
+    @property
+    def command_line(self) -> str:
+        """The command as one copy-pasteable shell line (environment first)."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"{env} {shlex.join(self.argv)}"
+
+
+def rundir_rel(run_id: str) -> str:
+    """The run directory relative to a node's workdir."""
+    return f"runs/{run_id}"
+
+
+def quote_path(path: str) -> str:
+    """Quote ``path`` for a POSIX shell; a leading ``~`` or ``~/`` still expands to the node's home."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def node_processes(node: NodeConfig, gpu_indices: Optional[Sequence[int]]) -> tuple[int, Optional[str]]:
+    """How many processes ``node`` runs and its ``CUDA_VISIBLE_DEVICES``.
+
+    ``gpu_indices`` are the GPUs the node's agent reported (None when unknown, ``[]`` for none).
+    A list selects exactly those GPUs; a count takes the first N reported GPUs, or runs N CPU
+    processes on a GPU-less node; ``"all"`` takes every GPU, or one CPU process. ``gpus = 0`` runs
+    one CPU process with the GPUs hidden.
+    """
+    have = list(gpu_indices or [])
+    if isinstance(node.gpus, list):
+        if not node.gpus:
+            return 1, ""
+        return len(node.gpus), ",".join(str(i) for i in node.gpus)
+    if node.gpus == "all":
+        if have:
+            return len(have), ",".join(str(i) for i in have)
+        return 1, None
+    count = int(node.gpus)
+    if count == 0:
+        return 1, ""
+    if have:
+        chosen = have[:count]
+        return len(chosen), ",".join(str(i) for i in chosen)
+    return count, None
+
+
+def torchrun_argv(
+    plan_node: NodeConfig,
+    *,
+    config: FtwizConfig,
+    run_id: str,
+    nproc: int,
+    rundir_abs: str,
+) -> list[str]:
+    """The torchrun argv for one node (see the module docstring for the rendezvous choice)."""
+    master = config.master
+    is_master = plan_node.name == master.name
+    return [
+        plan_node.python,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={len(config.nodes)}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={_endpoint(master.host, config.cluster.rendezvous_port)}",
+        f"--rdzv-id={run_id}",
+        f"--rdzv-conf=is_host={'true' if is_master else 'false'}",
+        f"--local-addr={plan_node.host}",
+        # ftwiz is the recovery policy: an elastic restart would hide the failure from stop-all.
+        "--max-restarts=0",
+        # Per-rank stdout/stderr files on the node, and the same lines on torchrun's console
+        # with a global-rank prefix, so the controller can name the rank of every line.
+        "--tee=3",
+        f"--log-dir={rundir_abs}/torchrun",
+        "-m",
+        WORKLOAD_PACKAGE,
+        "--spec",
+        f"{rundir_abs}/job.json",
+    ]
+
+
+def _endpoint(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def build_plan(
+    config: FtwizConfig,
+    run_id: str,
+    *,
+    rundirs: Mapping[str, str],
+    gpu_indices: Optional[Mapping[str, Optional[Sequence[int]]]] = None,
+    cpu_cores: Optional[Mapping[str, Optional[int]]] = None,
+    network_env: Optional[Mapping[str, Mapping[str, str]]] = None,
+) -> list[NodePlan]:
+    """One :class:`NodePlan` per node, in config order.
+
+    ``rundirs`` maps node name → absolute run directory on that node (``<workdir>/runs/<run id>``
+    as the node resolved it). ``gpu_indices`` and ``cpu_cores`` come from the agents' reports
+    (missing → CPU processes, one OpenMP thread). ``network_env`` is the network plan's per-node
+    environment (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``, ``NCCL_IB_DISABLE``).
+    """
+    if not RUN_ID_RE.match(run_id):
+        raise ValueError(f"run id {run_id!r} must match {RUN_ID_RE.pattern}")
+    gpu_indices = gpu_indices or {}
+    cpu_cores = cpu_cores or {}
+    network_env = network_env or {}
+    master = config.master
+    plans = []
+    for node in config.nodes:
+        nproc, cvd = node_processes(node, gpu_indices.get(node.name))
+        rundir_abs = rundirs[node.name]
+        env: dict[str, str] = {}
+        env.update(config.nccl.env)
+        env.update(network_env.get(node.name, {}))
+        cores = cpu_cores.get(node.name) or 0
+        env.update(
+            {
+                "MASTER_ADDR": master.host,
+                "MASTER_PORT": str(config.cluster.rendezvous_port),
+                "OMP_NUM_THREADS": str(max(1, cores // nproc) if cores else 1),
+                "FTWIZ_RUN_ID": run_id,
+                "FTWIZ_NODE": node.name,
+                "PYTHONPATH": rundir_abs,
+                "PYTHONUNBUFFERED": "1",
+                "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_PREFIX_TEMPLATE,
+            }
+        )
+        if cvd is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cvd
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NVML index order, as the agent reports
+        argv = torchrun_argv(node, config=config, run_id=run_id, nproc=nproc, rundir_abs=rundir_abs)
+        plans.append(
+            NodePlan(
+                node=node.name,
+                host=node.host,
+                is_master=node.name == master.name,
+                nproc=nproc,
+                cuda_visible_devices=cvd,
+                workdir=node.workdir,
+                python=node.python,
+                argv=argv,
+                env=env,
+            )
+        )
+    return plans
+
+
+def start_script(plan: NodePlan, rundir_abs: str) -> str:
+    """The ``sh`` script that runs torchrun on the node; every value is shell-quoted.
+
+    It records its pid (= its process group, since it is started under ``setsid``) and, when
+    torchrun ends by itself, the exit code (``<node>.exit``, written atomically). torchrun's output
+    goes to ``<node>.log`` in the run directory: the node-side log that outlives the controller.
+    """
+    run_dir = shlex.quote(rundir_abs)
+    name = shlex.quote(plan.node)
+    lines = [
+        "#!/bin/sh",
+        f"# ftwiz run {plan.env['FTWIZ_RUN_ID']} on node {plan.node}: generated, every value quoted.",
+        f"cd {quote_path(plan.workdir)} || exit 97",
+        f"echo $$ > {run_dir}/{name}.pgid.tmp && mv {run_dir}/{name}.pgid.tmp {run_dir}/{name}.pgid",
+    ]
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(plan.env.items())]
+    lines += [
+        f"{shlex.join(plan.argv)} < /dev/null >> {run_dir}/{name}.log 2>&1",
+        "code=$?",
+        f"echo $code > {run_dir}/{name}.exit.tmp && mv {run_dir}/{name}.exit.tmp {run_dir}/{name}.exit",
+        "exit $code",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def start_command(node: str, rundir_abs: str, *, wait_s: float = 10.0) -> str:
+    """The shell command that starts ``<node>.sh`` in its own session and prints ``ftwiz-pgid <pgid>``.
+
+    The script runs under ``setsid`` with stdin/stdout/stderr detached from the SSH channel, so
+    closing the channel (detach, a dead controller) never signals it.
+    """
+    run_dir = shlex.quote(rundir_abs)
+    name = shlex.quote(node)
+    tries = max(1, int(wait_s / 0.1))
+    return (
+        f"cd {run_dir} && rm -f {name}.pgid {name}.exit && "
+        f"(setsid sh {name}.sh < /dev/null > /dev/null 2>&1 &) && "
+        f"i=0; while [ ! -s {name}.pgid ] && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; "
+        f'if [ -s {name}.pgid ]; then echo "ftwiz-pgid $(cat {name}.pgid)"; else echo "ftwiz-pgid-missing"; exit 98; fi'
+    )

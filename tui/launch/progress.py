@@ -1,0 +1,232 @@
+"""The progress model: workload protocol lines in, step/loss/lr/tokens/s/epoch/ETA out.
+
+Workers print one JSON object per line with an ``"ftwiz"`` kind (``started``, ``progress``,
+``heartbeat``, ``allreduce``, ``checkpoint``, ``done``, ``error``); torchrun prefixes each worker
+line with ``[rank<N>]:``. :func:`split_rank` strips the prefix, :func:`parse_protocol` decodes the
+object, and :class:`ProgressModel` folds them into a :class:`ProgressSnapshot`. It also remembers
+when each rank last *moved* (a progress or heartbeat line), which the stall detector reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+__all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "split_rank", "format_progress"]
+
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
+
+
+def split_rank(line: str) -> tuple[Optional[int], str]:
+    """``"[rank3]:text"`` → ``(3, "text")``; a line without the prefix → ``(None, line)``."""
+    match = _RANK_PREFIX.match(line)
+    if not match:
+        return None, line
+    return int(match.group(1)), line[match.end():]
+
+
+def parse_protocol(text: str) -> Optional[dict[str, Any]]:
+    """The protocol object in ``text`` (key ``"ftwiz"`` holds the kind), or None for any other line."""
+    try:
+        from agent.workloads.protocol import parse_line  # the workloads' own parser (no torch import)
+    except ImportError:  # the controller may run without the workloads package beside it
+        parse_line = None
+    if parse_line is not None:
+        try:
+            return parse_line(text)
+        except Exception:
+            return None
+    text = text.strip()
+    if not text.startswith("{") or '"ftwiz"' not in text:
+        return None
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and isinstance(obj.get("ftwiz"), str) else None
+
+
+@dataclass(frozen=True)
+class ProgressSnapshot:
+    """Where the job stands, for display."""
+
+    step: Optional[int] = None
+    """Latest optimizer step seen (any rank)."""
+    total_steps: Optional[int] = None
+    """Planned steps, when the workload says."""
+    loss: Optional[float] = None
+    learning_rate: Optional[float] = None
+    tokens_per_s: Optional[float] = None
+    epoch: Optional[float] = None
+    eta_s: Optional[float] = None
+    """Seconds left at the recent step rate; None until two steps were seen."""
+    steps_per_s: Optional[float] = None
+    world_size: Optional[int] = None
+    ranks_started: int = 0
+    ranks_done: int = 0
+    last_checkpoint: Optional[str] = None
+    last_checkpoint_step: Optional[int] = None
+    allreduce: tuple[dict, ...] = ()
+    """Rows of the allreduce check (size_bytes, algbw_gbps, busbw_gbps, correct)."""
+    updated_at: Optional[float] = None
+
+
+@dataclass
+class RankInfo:
+    """What a ``started`` line told us about one rank."""
+
+    rank: int
+    node: str
+    local_rank: Optional[int] = None
+    pid: Optional[int] = None
+    hostname: Optional[str] = None
+    backend: Optional[str] = None
+    status: Optional[str] = None
+    """From the ``done`` line."""
+
+
+@dataclass
+class ProgressModel:
+    """Folds protocol objects into a snapshot; thread-confined to the run's supervisor."""
+
+    snapshot: ProgressSnapshot = field(default_factory=ProgressSnapshot)
+    ranks: dict[int, RankInfo] = field(default_factory=dict)
+    """Global rank → where it runs (from ``started``)."""
+    last_moved: dict[int, float] = field(default_factory=dict)
+    """Global rank → monotonic time of its last progress or heartbeat line."""
+    last_step: dict[int, int] = field(default_factory=dict)
+    """Global rank → its last reported step."""
+    errors: list[tuple[str, Optional[int], str]] = field(default_factory=list)
+    """(node, rank, message) from ``error`` lines."""
+    _history: deque = field(default_factory=lambda: deque(maxlen=30))
+
+    def update(self, node: str, rank: Optional[int], obj: dict[str, Any], *, now: Optional[float] = None) -> bool:
+        """Apply one protocol object from ``node``; True when the snapshot changed."""
+        now = time.monotonic() if now is None else now
+        kind = obj.get("ftwiz")
+        rank = _int(obj.get("rank"), rank)
+        snap = self.snapshot
+        if kind == "started":
+            if rank is not None:
+                self.ranks[rank] = RankInfo(
+                    rank=rank,
+                    node=node,
+                    local_rank=_int(obj.get("local_rank")),
+                    pid=_int(obj.get("pid")),
+                    hostname=obj.get("hostname"),
+                    backend=obj.get("backend"),
+                )
+            self.snapshot = replace(snap, world_size=_int(obj.get("world_size"), snap.world_size), ranks_started=len(self.ranks), updated_at=time.time())
+            return True
+        if kind in ("progress", "heartbeat"):
+            step = _int(obj.get("step"))
+            if rank is not None:
+                self.last_moved[rank] = now
+                if step is not None:
+                    self.last_step[rank] = step
+            if kind == "heartbeat":
+                return False
+            return self._progress(obj, step, now)
+        if kind == "checkpoint":
+            self.snapshot = replace(snap, last_checkpoint=obj.get("path"), last_checkpoint_step=_int(obj.get("step")), updated_at=time.time())
+            return True
+        if kind == "allreduce":
+            row = {k: obj.get(k) for k in ("size_bytes", "algbw_gbps", "busbw_gbps", "correct")}
+            self.snapshot = replace(snap, allreduce=snap.allreduce + (row,), updated_at=time.time())
+            if rank is not None:
+                self.last_moved[rank] = now
+            return True
+        if kind == "done":
+            if rank is not None and rank in self.ranks:
+                self.ranks[rank].status = obj.get("status")
+            done = sum(1 for r in self.ranks.values() if r.status)
+            self.snapshot = replace(snap, ranks_done=done, updated_at=time.time())
+            return True
+        if kind == "error":
+            self.errors.append((node, rank, str(obj.get("message", ""))))
+            return False
+        return False
+
+    def _progress(self, obj: dict[str, Any], step: Optional[int], now: float) -> bool:
+        snap = self.snapshot
+        total = _int(obj.get("total_steps"), snap.total_steps)
+        if step is not None and (snap.step is None or step >= snap.step):
+            self._history.append((now, step))
+        rate = _rate(self._history)
+        new_step = step if step is not None and (snap.step is None or step >= snap.step) else snap.step
+        eta = (total - new_step) / rate if rate and total is not None and new_step is not None else None
+        self.snapshot = replace(
+            snap,
+            step=new_step,
+            total_steps=total,
+            loss=_float(obj.get("loss"), snap.loss),
+            learning_rate=_float(obj.get("learning_rate"), snap.learning_rate),
+            tokens_per_s=_float(obj.get("tokens_per_s"), snap.tokens_per_s),
+            epoch=_float(obj.get("epoch"), snap.epoch),
+            steps_per_s=rate,
+            eta_s=max(0.0, eta) if eta is not None else None,
+            updated_at=time.time(),
+        )
+        return True
+
+
+def _rate(history: deque) -> Optional[float]:
+    if len(history) < 2:
+        return None
+    (t0, s0), (t1, s1) = history[0], history[-1]
+    if t1 <= t0 or s1 <= s0:
+        return None
+    return (s1 - s0) / (t1 - t0)
+
+
+def _int(value: Any, default: Optional[int] = None) -> Optional[int]:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return default
+
+
+def _float(value: Any, default: Optional[float] = None) -> Optional[float]:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, (int, float)):
+        return float(value)
+    return default
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def format_progress(snap: ProgressSnapshot) -> str:
+    """One compact line for headless output, e.g. ``step 12/100 loss 2.31 lr 2e-04 1.2k tok/s ep 0.40 ETA 3:05``."""
+    parts = []
+    if snap.step is not None:
+        parts.append(f"step {snap.step}/{snap.total_steps}" if snap.total_steps else f"step {snap.step}")
+    if snap.loss is not None:
+        parts.append(f"loss {snap.loss:.4g}")
+    if snap.learning_rate is not None:
+        parts.append(f"lr {snap.learning_rate:.2e}")
+    if snap.tokens_per_s is not None:
+        parts.append(f"{snap.tokens_per_s:,.0f} tok/s")
+    if snap.epoch is not None:
+        parts.append(f"ep {snap.epoch:.2f}")
+    if snap.eta_s is not None:
+        parts.append(f"ETA {_duration(snap.eta_s)}")
+    if snap.last_checkpoint_step is not None:
+        parts.append(f"ckpt @{snap.last_checkpoint_step}")
+    if snap.allreduce:
+        row = snap.allreduce[-1]
+        size = (row.get("size_bytes") or 0) / 1e6
+        parts.append(f"allreduce {size:g} MB busbw {row.get('busbw_gbps') or 0:.3g} GB/s{'' if row.get('correct', True) else ' WRONG'}")
+    return "  ".join(parts) if parts else "waiting for the first step"

@@ -1,0 +1,287 @@
+"""One thread per node: it owns that node's link (never shared), runs commands on it in order, and
+reads the node's framed log stream (see :mod:`tui.launch.nodeside`) in between.
+
+The supervisor talks to a :class:`NodeRunner` only through :meth:`NodeRunner.submit` (a command
+runs on the runner's thread and its result comes back in a :class:`~concurrent.futures.Future`) and
+through the runner's outbox, where it posts ``(kind, node, payload)`` tuples: ``line``, ``pgid``,
+``exit``, ``lost``. ``last_rx`` (monotonic time of the last byte from the node, ticks included) is
+the liveness signal: a cut link shows as a runner whose ``last_rx`` stops moving.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from shared.config import ClusterConfig, NodeConfig
+from tui.launch.links import LinkLost, NodeLink, open_link, python_command
+from tui.launch.plan import quote_path, rundir_rel, start_command
+
+__all__ = ["NodeRunner", "NODESIDE_SOURCE"]
+
+#: The node-side helper, sent as ``python -c`` source (works before the run dir exists).
+NODESIDE_SOURCE = (Path(__file__).with_name("nodeside.py")).read_text()
+
+
+class NodeRunner:
+    """The controller's agent for one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        node: NodeConfig,
+        cluster: ClusterConfig,
+        run_id: str,
+        outbox: "queue.Queue[tuple[str, str, Any]]",
+        *,
+        tick_s: float = 1.0,
+        link_factory: Callable[..., NodeLink] = open_link,
+    ) -> None:
+        self.node = node
+        self.name = node.name
+        self.cluster = cluster
+        self.run_id = run_id
+        self.outbox = outbox
+        self.tick_s = tick_s
+        self._link_factory = link_factory
+        self._commands: "queue.Queue[tuple[Callable[[], Any], Future]]" = queue.Queue()
+        self._link: Optional[NodeLink] = None
+        self._stream = None
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name=f"ftwiz-node-{node.name}", daemon=True)
+        #: Monotonic time of the last byte from the node's stream (None before streaming).
+        self.last_rx: Optional[float] = None
+        #: Bytes of the node log consumed so far (where a re-attach resumes).
+        self.offset = 0
+        #: torchrun's process group on the node.
+        self.pgid: Optional[int] = None
+        #: The node's absolute workdir and run directory, once known.
+        self.workdir_abs: Optional[str] = None
+        self.rundir_abs: Optional[str] = None
+        #: How torchrun ended on the node: an exit code as text, ``gone`` (signalled) or ``missing``.
+        self.exit: Optional[str] = None
+        #: True while the log stream runs.
+        self.following = False
+        #: True after the stream broke without an exit record (the node may still run).
+        self.lost = False
+
+    # ------------------------------------------------------------------ thread plumbing
+
+    def start(self) -> "NodeRunner":
+        """Start the runner thread."""
+        self._thread.start()
+        return self
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        """Run ``fn`` on this runner's thread (after the commands already queued)."""
+        future: Future = Future()
+        self._commands.put((fn, future))
+        return future
+
+    def call(self, fn: Callable[[], Any], timeout: float) -> Any:
+        """:meth:`submit` and wait for the result (``TimeoutError`` beyond ``timeout``)."""
+        return self.submit(fn).result(timeout=timeout)
+
+    def close(self) -> None:
+        """Stop the thread and release the link; the run on the node is left alone."""
+        self._closing = True
+        self.submit(lambda: None)
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to end."""
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        try:
+            while not self._closing:
+                self._run_commands(block=self._stream is None)
+                if self._stream is not None:
+                    self._read_stream()
+        finally:
+            self._drop_stream()
+            self._drop_link()
+
+    def _run_commands(self, *, block: bool) -> None:
+        while True:
+            try:
+                fn, future = self._commands.get(timeout=0.2) if block else self._commands.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # the caller decides what a failure means
+                future.set_exception(exc)
+
+    # ------------------------------------------------------------------ link
+
+    def connect(self, timeout: Optional[float] = None) -> None:
+        """(runner thread) Open the link; raises ``SshError`` / ``OSError``."""
+        self._drop_stream()
+        self._drop_link()
+        self._link = self._link_factory(self.node, self.cluster, timeout=timeout)
+
+    def _need_link(self, timeout: Optional[float] = None) -> NodeLink:
+        if self._link is None:
+            self.connect(timeout)
+        assert self._link is not None
+        return self._link
+
+    def _drop_link(self) -> None:
+        if self._link is not None:
+            link, self._link = self._link, None
+            # Closing a transport whose peer vanished can block on the socket: do it off-thread.
+            threading.Thread(target=link.close, daemon=True).start()
+
+    def _exec(self, command: str, timeout: float):
+        link = self._need_link()
+        try:
+            return link.exec(command, timeout=timeout)
+        except LinkLost:
+            self._drop_link()
+            raise
+
+    def _helper(self, *args: str, timeout: float) -> dict:
+        """Run the node-side helper and decode its JSON answer."""
+        result = self._exec(python_command(self.node.python, NODESIDE_SOURCE, *args), timeout)
+        try:
+            return json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RuntimeError(
+                f"{self.name}: the node-side helper failed (exit {result.status}): {(result.stderr or result.stdout).strip()[-400:]}"
+                f" — check that python = {self.node.python!r} runs on {self.name}"
+            ) from None
+
+    # ------------------------------------------------------------------ commands (runner thread)
+
+    def prepare(self, build_files: Callable[[str, str], Mapping[str, bytes]]) -> str:
+        """Create the run directory, learn the absolute workdir, upload ``build_files(workdir, rundir)``."""
+        rel = rundir_rel(self.run_id)
+        result = self._exec(f"mkdir -p {quote_path(self.node.workdir)}/{rel} && cd {quote_path(self.node.workdir)} && pwd", timeout=30)
+        if result.status != 0 or not result.stdout.strip():
+            raise RuntimeError(
+                f"{self.name}: cannot create {self.node.workdir}/{rel}: {result.stderr.strip() or 'no output'}"
+                f" — fix workdir for {self.name} in ftwiz.toml or the permissions on the node"
+            )
+        self.workdir_abs = result.stdout.strip().splitlines()[-1]
+        self.rundir_abs = f"{self.workdir_abs}/{rel}"
+        files = build_files(self.workdir_abs, self.rundir_abs)
+        try:
+            self._need_link().put_files(self.rundir_abs, files)
+        except LinkLost:
+            self._drop_link()
+            raise
+        return self.rundir_abs
+
+    def launch(self) -> int:
+        """Start ``<node>.sh`` in its own session; learn the pgid; start following the log."""
+        assert self.rundir_abs is not None
+        result = self._exec(start_command(self.name, self.rundir_abs), timeout=30)
+        for line in result.stdout.splitlines():
+            if line.startswith("ftwiz-pgid ") and line.split()[1].isdigit():
+                self.pgid = int(line.split()[1])
+        if self.pgid is None:
+            raise RuntimeError(f"{self.name}: torchrun did not start (exit {result.status}): {(result.stderr or result.stdout).strip()[-400:]}")
+        self.follow(0)
+        return self.pgid
+
+    def locate(self) -> str:
+        """(attach) Find the run directory on the node when the record does not say."""
+        rel = rundir_rel(self.run_id)
+        result = self._exec(f"cd {quote_path(self.node.workdir)}/{rel} && pwd", timeout=30)
+        if result.status != 0:
+            raise RuntimeError(f"{self.name}: run {self.run_id} not found under {self.node.workdir}/{rel}")
+        self.rundir_abs = result.stdout.strip().splitlines()[-1]
+        self.workdir_abs = self.rundir_abs[: -len(rel) - 1]
+        return self.rundir_abs
+
+    def follow(self, offset: int) -> None:
+        """(Re)start streaming the node log from byte ``offset``."""
+        assert self.rundir_abs is not None
+        self._drop_stream()
+        link = self._need_link()
+        try:
+            self._stream = link.stream(python_command(self.node.python, NODESIDE_SOURCE, "follow", self.rundir_abs, self.name, str(offset), str(self.tick_s)))
+        except LinkLost:
+            self._drop_link()
+            raise
+        self.offset = offset
+        self.following, self.lost = True, False
+        self.last_rx = time.monotonic()
+
+    def reconnect(self, timeout: Optional[float] = None) -> bool:
+        """Open a fresh link and resume following where the last stream stopped (unless the node ended)."""
+        self.connect(timeout)
+        if self.exit is None and self.rundir_abs is not None:
+            self.follow(self.offset)
+        return True
+
+    def kill(self, grace: float, *, fresh: bool = False, connect_timeout: Optional[float] = None) -> dict:
+        """TERM → grace → KILL the run's processes on the node; returns the helper's report.
+
+        ``fresh`` opens a new link first (for a node that was unreachable).
+        """
+        if fresh or self._link is None:
+            self.connect(connect_timeout)
+        return self._helper("kill", self.run_id, self.name, str(grace), str(self.pgid or ""), timeout=grace + 20)
+
+    def send_signal(self, signame: str) -> dict:
+        """Signal the run's workers on the node (``SIGUSR1`` for stack dumps)."""
+        return self._helper("signal", self.run_id, self.name, signame, timeout=20)
+
+    def processes(self) -> list[dict]:
+        """The run's processes still on the node."""
+        return self._helper("ps", self.run_id, self.name, timeout=20)["processes"]
+
+    # ------------------------------------------------------------------ stream
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            threading.Thread(target=stream.close, daemon=True).start()
+        self.following = False
+
+    def _read_stream(self) -> None:
+        # Read for a short while, then go back to the command queue.
+        deadline = time.monotonic() + 0.3
+        while self._stream is not None and time.monotonic() < deadline:
+            try:
+                line = self._stream.readline(0.2)
+            except EOFError:
+                self._drop_stream()
+                if self.exit is None:
+                    self.lost = True
+                    self.outbox.put(("lost", self.name, "the log stream ended without an exit record"))
+                return
+            except Exception as exc:  # a dying transport can raise anything
+                self._drop_stream()
+                self.lost = True
+                self.outbox.put(("lost", self.name, f"{type(exc).__name__}: {exc}"))
+                return
+            if line is None:
+                continue
+            self.last_rx = time.monotonic()
+            self._handle(line)
+
+    def _handle(self, line: str) -> None:
+        kind, _, rest = line.partition(" ")
+        if kind == "L":
+            offset, _, text = rest.partition(" ")
+            if offset.isdigit():
+                self.offset = int(offset)
+            self.outbox.put(("line", self.name, text))
+        elif kind == "T":
+            pass
+        elif kind == "P" and rest.strip().isdigit():
+            self.pgid = int(rest.strip())
+            self.outbox.put(("pgid", self.name, self.pgid))
+        elif kind == "X":
+            self.exit = rest.strip()
+            self._drop_stream()
+            self.outbox.put(("exit", self.name, self.exit))
