@@ -45,7 +45,7 @@ def run_spec(path: str, *, resume: str | None = None) -> int:
     """Run the workload the spec names on this rank; every failure ends as an ``error`` line and a code."""
     register_stack_dump()
     ranks = ranks_from_env()
-    started = preflight_done = False
+    started = False
     try:
         spec = load_spec(path)
         if resume:
@@ -55,7 +55,6 @@ def run_spec(path: str, *, resume: str | None = None) -> int:
             from . import sft
 
             plan = sft.preflight(spec)  # before the rendezvous: a bad input must not leave peers waiting
-        preflight_done = True
         backend = init_process_group(ranks, workload=spec["workload"], timeout_s=spec.dist_timeout_s)
         started = True
         if spec["workload"] == "allreduce":
@@ -65,8 +64,7 @@ def run_spec(path: str, *, resume: str | None = None) -> int:
         else:
             code = sft.run(spec, ranks, plan)
     except WorkloadError as exc:
-        # preflight failures are the same on every rank: one human copy per node is enough
-        report_error(exc.message, rank=ranks.rank, show=ranks.local_rank == 0 or preflight_done)
+        report_error(exc.message, rank=ranks.rank)
         return exc.exit_code
     except Exception as exc:  # a bug or an environment failure: keep the traceback, it is needed to fix it
         report_error(f"unexpected {type(exc).__name__}: {exc}", rank=ranks.rank)

@@ -70,7 +70,6 @@ def run(spec: Spec, ranks: Ranks, backend: str) -> int:
             f"all-reduce returned wrong sums (expected {world * (world + 1) // 2} in every element on every rank): "
             "a rank, NIC or NCCL transport is corrupting data; rerun with NCCL_DEBUG=INFO and check the failing size",
             rank=ranks.rank,
-            show=ranks.local_rank == 0,
         )
         return EXIT_VERIFY_FAILED
     emit("done", rank=ranks.rank, status="ok")

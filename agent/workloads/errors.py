@@ -19,11 +19,14 @@ class WorkloadError(Exception):
         self.exit_code = exit_code
 
 
-def report_error(message: str, *, rank: int, show: bool = True) -> None:
-    """An ``error`` line on stdout and, when ``show``, the plain message on stderr (no traceback)."""
+def report_error(message: str, *, rank: int) -> None:
+    """An ``error`` line on stdout and the plain message on stderr (no traceback).
+
+    Every failing rank prints its own copy: torchrun stops a node's other workers as soon as one fails, so
+    waiting for "the" rank that should speak could leave the log without any message.
+    """
     emit("error", rank=rank, message=message)
-    if show:
-        print(f"ftwiz: error: {message}", file=sys.stderr, flush=True)
+    print(f"ftwiz: error (rank {rank}): {message}", file=sys.stderr, flush=True)
 
 
 def note(message: str, *, rank: int, show: bool = True) -> None:

@@ -7,9 +7,12 @@ every rank at once with one clear message instead of leaving peers waiting in a 
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import re
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -99,6 +102,8 @@ def _precision(wanted: str, cuda: bool, notes: list[str]) -> tuple[bool, bool]:
 
 def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     """Train; return the exit code. The process group is already up."""
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)  # its CPU-kernel warning is noise to a user
+    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
     import torch
     import transformers
     from transformers import Trainer, TrainingArguments
@@ -137,8 +142,7 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         bf16=plan.bf16,
         fp16=plan.fp16,
         optim=plan.optim,
-        gradient_checkpointing=bool(spec["gradient_checkpointing"]),
-        gradient_checkpointing_kwargs={"use_reentrant": False},  # reentrant checkpointing breaks DDP with frozen bases
+        **_checkpointing_args(TrainingArguments, bool(spec["gradient_checkpointing"])),
         ddp_find_unused_parameters=False,
         ddp_timeout=int(spec.dist_timeout_s),
         report_to="none",
@@ -168,6 +172,14 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         what = "adapter" if spec["method"] != "full" else "model"
         print(f"ftwiz: trained to step {trainer.state.global_step}; {what} written to {final}", flush=True)
     return 0
+
+
+def _checkpointing_args(arguments_class, enabled: bool) -> dict[str, Any]:
+    """Gradient checkpointing under the name this transformers uses (5.x: activation_checkpointing)."""
+    names = {f.name for f in dataclasses.fields(arguments_class)}
+    prefix = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    # reentrant checkpointing breaks DDP when the base is frozen (LoRA): "marked ready twice"
+    return {prefix: enabled, f"{prefix}_kwargs": {"use_reentrant": False}}
 
 
 def _load_tokenizer(plan: Plan):

@@ -24,6 +24,22 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 FORMATS = ("text", "chat", "instruction")
+# [job] settings under which the tiny model's loss falls visibly in 20 LoRA steps (about 5.9 -> 3.4) on CPU
+TINY_JOB = {
+    "method": "lora",
+    "seq_len": 128,
+    "micro_batch_size": 4,
+    "grad_accum_steps": 1,
+    "learning_rate": 0.02,
+    "lora_r": 8,
+    "lora_alpha": 16,
+    "lora_dropout": 0.0,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "max_steps": 20,
+    "save_steps": 10,
+    "precision": "fp32",
+    "optimizer": "adamw",
+}
 
 
 def build_tokenizer():
@@ -70,6 +86,9 @@ def make_tiny_model(directory: str | os.PathLike, *, seed: int = 0) -> Path:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
+        # 0.02 (the default) caps the logits near +-1.3, so no adapter can lower the loss much; 0.1 lets a
+        # LoRA on this random model learn the dataset's patterns in 20 steps
+        initializer_range=0.1,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
