@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional, Union
 
 import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from tomlkit.exceptions import ParseError
+from tomlkit.exceptions import ParseError, TOMLKitError
 
 DEFAULT_AGENT_PORT = 8462
 DEFAULT_RENDEZVOUS_PORT = 29500
@@ -192,14 +192,75 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
         data = tomlkit.parse(text).unwrap()
     except ParseError as exc:
         raise ConfigError(source, f"TOML syntax error: {exc.args[0] if exc.args else exc}", line=exc.line) from None
+    except TOMLKitError as exc:
+        # e.g. a key written twice: tomlkit gives no line, the stdlib parser does.
+        message, line = _syntax_detail(text, exc)
+        raise ConfigError(source, f"TOML syntax error: {message}", line=line) from None
+    if not isinstance(data.get("nodes", []), list):
+        raise ConfigError(source, "must be a list of [[nodes]] tables (write each node as a [[nodes]] section)",
+                          line=locate_line(text, ["nodes"]), field="nodes")
     try:
         return FtwizConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()
+        first = errors[0]
         loc = [p for p in first["loc"]]
+        if _is_gpus_union(loc):
+            loc = [p for p in loc if not _is_union_tag(p)]
+            message = 'must be "all", a GPU count (0 or more) or a list of GPU indices' + _got(first)
+            gpus_custom = [e for e in errors if e["type"] == "value_error" and _is_gpus_union(list(e["loc"]))]
+            if gpus_custom:  # our own validator's sentence is more precise than the union summary
+                message = _explain(gpus_custom[0])
+        elif not loc:
+            loc, message = _cross_loc(data, first), _explain(first)
+        else:
+            message = _explain(first)
         field = _path(loc)
-        message = _explain(first)
         raise ConfigError(source, message, line=locate_line(text, loc), field=field or None) from None
+
+
+def _syntax_detail(text: str, exc: Exception) -> tuple[str, Optional[int]]:
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.10
+        return str(exc), None
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as decode:
+        found = re.search(r"\(at line (\d+), column \d+\)", str(decode))
+        return str(decode), int(found.group(1)) if found else None
+    return str(exc), None
+
+
+_UNION_TAGS = ("literal['all']", "int", "list[int]")
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or part.startswith("function-after["))
+
+
+def _is_gpus_union(loc: list[Any]) -> bool:
+    return "gpus" in loc and any(_is_union_tag(p) for p in loc[loc.index("gpus") + 1:])
+
+
+def _got(error: dict[str, Any]) -> str:
+    value = error.get("input")
+    return f" (got {value!r})" if value is not None and not isinstance(value, (dict, list)) else ""
+
+
+def _cross_loc(data: dict[str, Any], error: dict[str, Any]) -> list[Any]:
+    """Where a whole-config check points: the repeated node name, or ``cluster.master``."""
+    message = str(error.get("msg", ""))
+    if "cluster.master" in message:
+        return ["cluster", "master"]
+    if "node names must be unique" in message:
+        seen: set[Any] = set()
+        for index, node in enumerate(data.get("nodes") or []):
+            name = node.get("name") if isinstance(node, dict) else None
+            if name in seen:
+                return ["nodes", index, "name"]
+            seen.add(name)
+    return []
 
 
 def _path(loc: list[Any]) -> str:
