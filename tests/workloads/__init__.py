@@ -1,0 +1,1 @@
+"""Tests of ``agent/workloads``: the protocol, the dataset checks, and real torchrun runs on loopback."""
