@@ -188,8 +188,8 @@ def build_plan(
         nproc, cvd = node_processes(node, gpu_indices.get(node.name))
         rundir_abs = rundirs[node.name]
         env: dict[str, str] = {}
-        env.update(config.nccl.env)
         env.update(network_env.get(node.name, {}))
+        env.update(config.nccl.env)  # the user's [nccl] env wins over the plan, as in shared.netplan
         cores = cpu_cores.get(node.name) or 0
         env.update(
             {

@@ -29,8 +29,12 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime()) + "-" + secrets.token_hex(2)
 
 
+#: Records that never ran anything: not "the last run" for --resume or --attach.
+NEVER_RAN = ("cancelled", "launch_failed")
+
+
 def latest_run_id(base: Path) -> Optional[str]:
-    """The most recently started run under ``base`` (by its recorded start time), or None."""
+    """The most recently created run under ``base`` that got as far as starting, or None."""
     best: tuple[float, str] | None = None
     if not base.is_dir():
         return None
@@ -39,8 +43,11 @@ def latest_run_id(base: Path) -> Optional[str]:
         if not record.is_file():
             continue
         try:
-            started = float(json.loads(record.read_text()).get("created_at") or 0)
-        except (OSError, ValueError, TypeError):
+            data = json.loads(record.read_text())
+            started = float(data.get("created_at") or 0)
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+        if data.get("status") in NEVER_RAN:
             continue
         if best is None or (started, child.name) > best:
             best = (started, child.name)

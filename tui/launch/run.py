@@ -171,6 +171,7 @@ class Run:
         self._rank_tail: dict[int, deque] = {}
         self._root_causes: list[dict[str, Any]] = []
         self._pending_root: dict[str, dict[str, Any]] = {}
+        self._in_root: dict[str, bool] = {}
         self._exit_order: list[str] = []
         self._dumped: set[int] = set()
         self._node_state: dict[str, NodeState] = {}
@@ -535,8 +536,14 @@ class Run:
 
     def _parse_root_cause(self, node: str, text: str) -> None:
         """Pick torchrun's failure summary apart (rank, local rank, exit code of each failed worker)."""
+        if text.startswith("Root Cause"):
+            self._in_root[node] = True
+            return
+        if text.startswith("Failures:") or text.startswith("====="):
+            self._in_root[node] = False
+            return
         match = _ROOT_RANK_RE.match(text)
-        if match:
+        if match and self._in_root.get(node):
             self._pending_root[node] = {"node": node, "rank": int(match.group(1)), "local_rank": int(match.group(2))}
             return
         match = _ROOT_EXIT_RE.match(text)
@@ -735,11 +742,15 @@ class Run:
         if trigger_rank is not None:
             info = self.progress.ranks.get(trigger_rank)
             return (info.node if info else trigger_node), trigger_rank
-        causes = sorted(self._root_causes, key=lambda c: (c.get("exitcode", 0) >= 0, c["order"]))
+        # A worker killed by a signal other than our own TERM/INT (-9 from the OOM killer, -11, -6) is the
+        # cause; the other nodes' workers failed because their peers vanished.
+        def killed(cause: Mapping[str, Any]) -> bool:
+            return cause.get("exitcode", 0) < 0 and cause.get("exitcode") not in (-15, -2)
+
+        causes = sorted(self._root_causes, key=lambda c: (not killed(c), c["order"]))
         if causes:
-            # A worker killed by a signal (negative exit code) is the cause; the others saw its peers vanish.
             best = causes[0]
-            if best.get("exitcode", 0) < 0 or trigger_node is None or best["node"] == trigger_node:
+            if killed(best) or trigger_node is None or best["node"] == trigger_node:
                 return best["node"], best["rank"]
             same = [c for c in causes if c["node"] == trigger_node]
             if same:

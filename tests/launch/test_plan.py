@@ -1,0 +1,149 @@
+"""The per-node torchrun command, environment and start script (pure; no nodes needed)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+
+from shared.config import FtwizConfig, JobConfig, NodeConfig
+from tui.launch.plan import build_plan, node_processes, quote_path, start_command, start_script
+
+
+def _config(**kw) -> FtwizConfig:
+    nodes = kw.pop("nodes", None) or [
+        NodeConfig(name="a", host="10.0.0.1", gpus="all", python="/opt/venv/bin/python", workdir="~/ftwiz"),
+        NodeConfig(name="b", host="10.0.0.2", gpus=[1, 3]),
+        NodeConfig(name="c", host="10.0.0.3", gpus=2, workdir="/data/ftwiz runs"),
+    ]
+    return FtwizConfig(nodes=nodes, **kw)
+
+
+def _plans(config, **kw):
+    rundirs = {n.name: f"/abs/{n.name}/runs/r1" for n in config.nodes}
+    return {p.node: p for p in build_plan(config, "r1", rundirs=rundirs, **kw)}
+
+
+def _opt(argv, name):
+    values = [a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")]
+    assert len(values) == 1, argv
+    return values[0]
+
+
+def test_rendezvous_is_c10d_with_host_flags_and_local_addr():
+    plans = _plans(_config())
+    for name, plan in plans.items():
+        argv = plan.argv
+        assert argv[:3] == [plan.python, "-m", "torch.distributed.run"]
+        assert _opt(argv, "nnodes") == "3"
+        assert _opt(argv, "rdzv-backend") == "c10d"
+        assert _opt(argv, "rdzv-endpoint") == "10.0.0.1:29500"
+        assert _opt(argv, "rdzv-id") == "r1"
+        assert _opt(argv, "local-addr") == plan.host
+        assert _opt(argv, "rdzv-conf") == ("is_host=true" if name == "a" else "is_host=false")
+        assert _opt(argv, "max-restarts") == "0"
+        assert argv[-4:] == ["-m", "ftwiz_workloads", "--spec", f"/abs/{name}/runs/r1/job.json"]
+    assert plans["a"].is_master and not plans["b"].is_master
+
+
+def test_master_can_be_named_and_port_set():
+    config = _config()
+    config.cluster.master = "c"
+    config.cluster.rendezvous_port = 31000
+    plans = _plans(config)
+    assert _opt(plans["a"].argv, "rdzv-endpoint") == "10.0.0.3:31000"
+    assert _opt(plans["c"].argv, "rdzv-conf") == "is_host=true"
+    assert plans["b"].env["MASTER_ADDR"] == "10.0.0.3" and plans["b"].env["MASTER_PORT"] == "31000"
+
+
+def test_process_counts_follow_the_selected_gpus_heterogeneously():
+    gpus = {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3], "c": [0, 1, 2]}
+    plans = _plans(_config(), gpu_indices=gpus, cpu_cores={"a": 32, "b": 16})
+    assert (_opt(plans["a"].argv, "nproc-per-node"), plans["a"].env["CUDA_VISIBLE_DEVICES"]) == ("4", "0,1,2,3")
+    assert (_opt(plans["b"].argv, "nproc-per-node"), plans["b"].env["CUDA_VISIBLE_DEVICES"]) == ("2", "1,3")
+    assert (_opt(plans["c"].argv, "nproc-per-node"), plans["c"].env["CUDA_VISIBLE_DEVICES"]) == ("2", "0,1")
+    assert plans["a"].env["OMP_NUM_THREADS"] == "8" and plans["b"].env["OMP_NUM_THREADS"] == "8"
+    assert plans["c"].env["OMP_NUM_THREADS"] == "1"  # no report: one thread, never oversubscribe
+
+
+@pytest.mark.parametrize(
+    "gpus, reported, expected",
+    [
+        ("all", [], (1, None)),  # GPU-less node: one CPU process
+        ("all", None, (1, None)),  # unknown: the same
+        (3, [], (3, None)),  # a count on a GPU-less node: that many CPU processes
+        (2, [0, 1, 2, 3], (2, "0,1")),
+        (0, [0, 1], (1, "")),  # 0 hides the GPUs, one CPU process
+        ([2], [], (1, "2")),
+    ],
+)
+def test_node_processes(gpus, reported, expected):
+    assert node_processes(NodeConfig(name="n", host="h", gpus=gpus), reported) == expected
+
+
+def test_environment_carries_run_tags_network_plan_and_nccl_env():
+    config = _config()
+    config.nccl.env = {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "^docker"}
+    net = {n: {"NCCL_SOCKET_IFNAME": "=eth1", "GLOO_SOCKET_IFNAME": "eth1", "NCCL_IB_DISABLE": "1"} for n in "abc"}
+    plans = _plans(config, network_env=net)
+    env = plans["b"].env
+    assert env["FTWIZ_RUN_ID"] == "r1" and env["FTWIZ_NODE"] == "b"
+    assert env["PYTHONPATH"] == "/abs/b/runs/r1" and env["PYTHONUNBUFFERED"] == "1"
+    assert env["GLOO_SOCKET_IFNAME"] == "eth1" and env["NCCL_IB_DISABLE"] == "1"
+    assert env["NCCL_SOCKET_IFNAME"] == "^docker"  # [nccl].env wins over the plan, as in shared.netplan
+    assert env["NCCL_DEBUG"] == "WARN"
+    assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]:"
+
+
+def test_bad_run_id_is_refused():
+    with pytest.raises(ValueError, match="run id"):
+        build_plan(_config(), "x; rm -rf /", rundirs={})
+
+
+def test_quote_path_expands_home_only():
+    assert quote_path("~/ftwiz") == '"$HOME"/ftwiz'
+    assert quote_path("/a b/$(x)") == "'/a b/$(x)'"
+
+
+def test_script_quotes_every_value_and_runs_in_sh(tmp_path):
+    """Hostile values survive a real ``sh`` verbatim: nothing is interpolated."""
+    evil = "$(touch PWNED) `touch PWNED2`; echo 'x' \"y\""
+    config = _config(
+        nodes=[NodeConfig(name="a", host="10.0.0.1", python="echo", workdir=str(tmp_path / "w d"))],
+        job=JobConfig(),
+    )
+    config.nccl.env = {"EVIL": evil}
+    (tmp_path / "w d").mkdir()
+    rundir = str(tmp_path / "w d" / "runs" / "r1")
+    plan = build_plan(config, "r1", rundirs={"a": rundir})[0]
+    (tmp_path / "w d" / "runs" / "r1").mkdir(parents=True)
+    script = start_script(plan, rundir)
+    (tmp_path / "w d" / "runs" / "r1" / "a.sh").write_text(script + "\n")
+    # Run the script the way the node would (without setsid's detachment, to wait for it).
+    done = subprocess.run(["sh", "-c", f"cd {shlex.quote(rundir)} && sh a.sh; echo EVIL=\"$EVIL\""], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    assert not list(tmp_path.rglob("PWNED*"))
+    log = (tmp_path / "w d" / "runs" / "r1" / "a.log").read_text()
+    assert "torch.distributed.run" in log  # `echo` stood in for python: argv arrived intact
+    assert (tmp_path / "w d" / "runs" / "r1" / "a.exit").read_text().strip() == "0"
+    assert (tmp_path / "w d" / "runs" / "r1" / "a.pgid").read_text().strip().isdigit()
+
+
+def test_start_command_detaches_and_prints_the_pgid(tmp_path):
+    config = _config(nodes=[NodeConfig(name="a", host="10.0.0.1", python="sleep", workdir=str(tmp_path))])
+    rundir = str(tmp_path / "runs" / "r1")
+    (tmp_path / "runs" / "r1").mkdir(parents=True)
+    plan = build_plan(config, "r1", rundirs={"a": rundir})[0]
+    plan.argv = ["sleep", "30"]
+    (tmp_path / "runs" / "r1" / "a.sh").write_text(start_script(plan, rundir))
+    done = subprocess.run(["sh", "-c", start_command("a", rundir)], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    pgid = int(done.stdout.split()[-1])
+    import os
+    import signal
+
+    try:
+        assert os.getsid(pgid) == pgid  # its own session, so it outlives the SSH channel
+    finally:
+        os.killpg(pgid, signal.SIGKILL)

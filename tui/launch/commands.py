@@ -1,0 +1,276 @@
+"""``ftwiz --launch / --attach / --stop``: the headless front of :class:`tui.launch.run.Run`.
+
+Each function returns the process exit code: 0 when the job succeeded (or was detached / stopped
+cleanly), 1 when it failed or could not start, 2 for a usage problem (nothing to resume or attach
+to, no terminal to confirm on), 130 when the operator stopped it. Log lines and progress go to
+stdout, ftwiz's own messages to stderr. Ctrl-C / SIGTERM stop every node; SIGHUP (the terminal
+closed) detaches and leaves the run going.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from typing import Any, Iterator, Optional, TextIO
+
+from shared.config import FtwizConfig
+from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
+from tui.launch.progress import format_progress, parse_protocol
+from tui.launch.record import latest_run_id, load_record, runs_dir
+from tui.launch.run import LaunchError, Run, RunOptions
+
+__all__ = ["HeadlessPrinter", "attach", "launch", "stop"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_QUIET_KINDS = {"heartbeat", "progress", "started", "done", "allreduce", "checkpoint"}
+
+
+def _err(message: str) -> None:
+    print(f"ftwiz: {message}", file=sys.stderr, flush=True)
+
+
+class HeadlessPrinter:
+    """An observer that prints a run for a terminal or a log file.
+
+    Worker and torchrun lines print as ``node/rank | text``; protocol lines are summarised as one
+    compact progress line (``step 12/100 loss 2.31 ...``) instead of printed raw; notes and node
+    states go to stderr; the end prints the status, the failed node/rank and its last lines.
+    """
+
+    def __init__(self, out: Optional[TextIO] = None, err: Optional[TextIO] = None, *, show_protocol: bool = False) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.show_protocol = show_protocol
+        self._lock = threading.Lock()
+        self._last_progress = ""
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            self._print(event)
+
+    def _print(self, event: Event) -> None:
+        if isinstance(event, LogLine):
+            obj = parse_protocol(event.text)
+            if obj is not None and obj.get("ftwiz") in _QUIET_KINDS and not self.show_protocol:
+                if obj.get("ftwiz") == "started":
+                    print(f"{event.prefix} | started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, pid {obj.get('pid')}, {obj.get('backend')})", file=self.out, flush=True)
+                return
+            print(f"{event.prefix} | {event.text}", file=self.out, flush=True)
+        elif isinstance(event, ProgressChanged):
+            line = format_progress(event.progress)
+            if line != self._last_progress and event.progress.updated_at is not None:
+                self._last_progress = line
+                print(f"progress | {line}", file=self.out, flush=True)
+        elif isinstance(event, NodeStateChanged):
+            detail = f" ({event.detail})" if event.detail else ""
+            print(f"ftwiz: {event.node}: {event.state.value}{detail}", file=self.err, flush=True)
+        elif isinstance(event, RunNote):
+            mark = {"error": "ERROR: ", "warn": "warning: "}.get(event.level, "")
+            print(f"ftwiz: {mark}{event.text}", file=self.err, flush=True)
+        elif isinstance(event, RunFinished):
+            self._finished(event)
+
+    def _finished(self, event: RunFinished) -> None:
+        r = event.result
+        print(f"ftwiz: run {r.run_id} {r.status.upper()} (exit {r.exit_code}): {r.reason}", file=self.err, flush=True)
+        if r.failed_node or r.failed_rank is not None:
+            rank = f" rank {r.failed_rank}" if r.failed_rank is not None else ""
+            print(f"ftwiz: failed: node {r.failed_node or '?'}{rank}; its last lines:", file=self.err, flush=True)
+            for line in r.last_lines:
+                print(f"    {line}", file=self.err, flush=True)
+        for node, pids in r.leftovers.items():
+            print(f"ftwiz: ERROR: {node}: processes survived SIGKILL: {pids}", file=self.err, flush=True)
+        if r.unreaped:
+            print(f"ftwiz: ERROR: not reaped (unreachable): {', '.join(r.unreaped)}; run `ftwiz --stop {r.run_id}` when they are back", file=self.err, flush=True)
+
+
+@contextlib.contextmanager
+def _signals(run: Run) -> Iterator[None]:
+    """Ctrl-C / SIGTERM → stop every node; SIGHUP → detach. Only from the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def stop(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        _err(f"{name}: stopping every node (again to stop waiting for unreachable nodes)")
+        run.request_stop(f"stopped by the operator ({name})")
+
+    def hangup(signum: int, frame: Any) -> None:
+        run.detach()
+
+    for sig, handler in ((signal.SIGINT, stop), (signal.SIGTERM, stop), (signal.SIGHUP, hangup)):
+        previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any]]:
+    """Run the checklist; print what did not pass. Returns (may launch, reports per node)."""
+    import asyncio
+
+    try:
+        from tui.checks.engine import run_checklist_full
+    except ImportError as exc:
+        _err(f"warning: the checklist is not available ({exc})")
+        return force, {}
+
+    def progress(label: str, done: int, total: int) -> None:
+        if ":" in label:
+            _err(label)
+
+    _err("running the checklist first")
+    try:
+        checked = asyncio.run(run_checklist_full(config, progress=progress))
+    except Exception as exc:  # the checklist failing must not hide why; --force still launches
+        _err(f"{'warning' if force else 'ERROR'}: the checklist could not run: {type(exc).__name__}: {exc}")
+        return force, {}
+    reports = {name: s.report for name, s in checked.statuses.items() if getattr(s, "report", None) is not None}
+    shown = [r for r in checked.results if r.status in ("fail", "warn")]
+    for row in shown:
+        _err(f"  {row.status.upper()}  {row.id}  {row.node or '-'}  {row.detail}" + (f"\n        fix: {row.hint}" if row.hint else ""))
+    fails = sum(1 for r in checked.results if r.status == "fail")
+    if fails and not force:
+        _err(f"ERROR: {fails} check(s) failed: not launching. Fix them (see `ftwiz --check`), or pass --force to launch anyway")
+        return False, reports
+    if fails:
+        _err(f"warning: {fails} check(s) failed; launching anyway (--force)")
+    else:
+        _err(f"checklist passed ({len(checked.results)} rows, {len(shown)} warning(s))")
+    return True, reports
+
+
+def _network_env(config: FtwizConfig, reports: dict[str, Any]) -> Optional[dict[str, dict[str, str]]]:
+    if not reports:
+        return None
+    try:
+        from shared.netplan import node_env
+    except ImportError:
+        return None
+    try:
+        return node_env(config, reports)
+    except Exception as exc:
+        _err(f"warning: no interface plan ({type(exc).__name__}: {exc}); NCCL/gloo will pick interfaces themselves")
+        return None
+
+
+def _confirm(config: FtwizConfig, run: Run, yes: bool) -> bool:
+    job = config.job
+    what = f"{job.workload}" + (f" ({job.method} of {job.model})" if job.workload == "sft" else "")
+    _err(f"about to launch run {run.run_id}: {what} on {len(config.nodes)} node(s): " + ", ".join(f"{n.name} ({n.host})" for n in config.nodes))
+    if yes:
+        return True
+    if not sys.stdin or not sys.stdin.isatty():
+        _err("ERROR: not launching: no terminal to confirm on; pass --yes to launch without asking")
+        return False
+    try:
+        answer = input("Launch? [y/N] ").strip().lower()
+    except EOFError:
+        answer = ""
+    return answer in ("y", "yes")
+
+
+def launch(
+    config: FtwizConfig,
+    *,
+    yes: bool,
+    detach: bool,
+    resume: bool,
+    force: bool,
+    options: Optional[RunOptions] = None,
+    checklist: bool = True,
+    printer: Optional[HeadlessPrinter] = None,
+) -> int:
+    """Check, confirm, launch and (unless ``detach``) supervise the job of ``config``.
+
+    ``resume`` continues from the latest checkpoint of the last run (same output_dir, spec
+    ``resume = "auto"``). Without ``yes`` it asks on the terminal, and refuses without one. The
+    checklist runs first (``checklist=False`` only for callers that just ran it) and a failed check
+    refuses the launch unless ``force``.
+    """
+    options = options or RunOptions()
+    output_dir, resumed_from = None, None
+    if resume:
+        base = runs_dir(options.runs_dir)
+        resumed_from = latest_run_id(base)
+        if resumed_from is None:
+            _err(f"ERROR: nothing to resume: no run recorded under {base}/ (run `ftwiz --launch` first, from this directory)")
+            return EXIT_USAGE
+        output_dir = load_record(base, resumed_from).get("output_dir") or config.job.output_dir
+        _err(f"resuming run {resumed_from}: continuing from the latest checkpoint in {output_dir}")
+    reports: dict[str, Any] = {}
+    if checklist:
+        allowed, reports = _checklist(config, force)
+        if not allowed:
+            return EXIT_FAILED
+    if not yes and (not sys.stdin or not sys.stdin.isatty()):
+        _err("ERROR: not launching: no terminal to confirm on; pass --yes to launch without asking")
+        return EXIT_USAGE
+    run = Run(config, options=options, reports=reports, network_env=_network_env(config, reports), resume=resume, output_dir=output_dir, resumed_from=resumed_from)
+    if not _confirm(config, run, yes):
+        run.record.update(status="cancelled")
+        return EXIT_USAGE
+    run.subscribe(printer or HeadlessPrinter())
+    with _signals(run):
+        try:
+            run.launch()
+        except LaunchError as exc:
+            _err(f"ERROR: {exc}")
+            return EXIT_FAILED
+        if detach:
+            run.detach()
+        result = run.supervise()
+    if detach:
+        _err(f"run {run.run_id} goes on detached; logs on each node under <workdir>/runs/{run.run_id}/")
+    return result.exit_code
+
+
+def attach(config: FtwizConfig, run_id: Optional[str], *, options: Optional[RunOptions] = None, printer: Optional[HeadlessPrinter] = None) -> int:
+    """Re-attach to ``run_id`` (default: the latest run): replay the node logs and supervise again."""
+    options = options or RunOptions()
+    base = runs_dir(options.runs_dir)
+    run_id = run_id or latest_run_id(base)
+    if run_id is None:
+        _err(f"ERROR: no run to attach to under {base}/; name one: ftwiz --attach RUN_ID")
+        return EXIT_USAGE
+    try:
+        run = Run.attach(config, run_id, options=options)
+    except LaunchError as exc:
+        _err(f"ERROR: {exc}")
+        return EXIT_FAILED
+    run.subscribe(printer or HeadlessPrinter())
+    with _signals(run):
+        result = run.supervise()
+    return result.exit_code
+
+
+def stop(config: FtwizConfig, run_id: str, *, options: Optional[RunOptions] = None) -> int:
+    """Stop ``run_id`` on every node (a detached run); report what was killed where."""
+    options = options or RunOptions()
+    if not run_id:
+        _err("ERROR: name the run to stop: ftwiz --stop RUN_ID")
+        return EXIT_USAGE
+    _err(f"stopping run {run_id} on {len(config.nodes)} node(s)")
+    result = Run.stop_detached(config, run_id, options=options)
+    try:
+        nodes = load_record(runs_dir(options.runs_dir), run_id).get("nodes") or {}
+    except (OSError, ValueError):
+        nodes = {}
+    for name in (n.name for n in config.nodes):
+        info = nodes.get(name) or {}
+        killed = info.get("killed") or []
+        if name in result.unreaped:
+            _err(f"  {name}: not reached; run `ftwiz --stop {run_id}` again when it answers")
+        elif killed:
+            _err(f"  {name}: stopped {len(killed)} process(es): " + ", ".join(str(k.get('pid')) for k in killed))
+        else:
+            _err(f"  {name}: nothing of run {run_id} was running")
+    for name, pids in result.leftovers.items():
+        _err(f"  ERROR: {name}: still running after SIGKILL: {pids}")
+    return result.exit_code
