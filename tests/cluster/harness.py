@@ -78,6 +78,8 @@ class Cluster:
         self.training_python = sys.executable
         self.agent_interval: Optional[float] = None
         self.agent_args: tuple[str, ...] = ()
+        #: Whether agents get ``--probe-allow SUBNET --probe-allow 127.0.0.0/8``.
+        self.confine_probes = True
         self.gpu_fixtures: Optional[list[Optional[str]]] = None
         #: Whether this cluster runs sshd / agents on its nodes (what :meth:`heal` restores).
         self.with_sshd = False
@@ -94,12 +96,14 @@ class Cluster:
     def create(cls, n: int = 3, *, agent: bool = True, sshd: bool = True, agent_python: Optional[str] = None,
                training_python: Optional[str] = None, per_node_workdir: bool = True,
                agent_interval: Optional[float] = None, gpu_fixture: Union[None, str, Sequence[Optional[str]]] = None,
-               agent_args: Sequence[str] = (), timeout: float = 90.0) -> "Cluster":
+               agent_args: Sequence[str] = (), confine_probes: bool = True, timeout: float = 90.0) -> "Cluster":
         """Build ``n`` nodes and start their sshd and agents concurrently; wait until all answer.
 
         ``agent_python`` runs the agents (default: this interpreter); ``training_python`` is the
         training interpreter given to the agents as ``--python`` and written to the config (default:
         ``agent_python``). ``gpu_fixture`` is one path for every node or one per node (None = no GPU).
+        ``confine_probes`` limits the agents' connect/bandwidth probes to the cluster subnet and loopback;
+        ``agent_args`` are appended to every agent's command line.
         Raises :class:`ClusterError` (with the failing node and log tail) after tearing down what was built.
         """
         if not 1 <= n <= _MAX_NODES:
@@ -114,6 +118,7 @@ class Cluster:
             cluster.training_python = training_python or cluster.agent_python
             cluster.agent_interval = agent_interval
             cluster.agent_args = tuple(agent_args)
+            cluster.confine_probes = confine_probes
             cluster.with_sshd, cluster.with_agent = sshd, agent
             if gpu_fixture is not None:
                 fixtures = [gpu_fixture] * n if isinstance(gpu_fixture, (str, os.PathLike)) else list(gpu_fixture)

@@ -195,6 +195,9 @@ class Node:
             argv += ["--python", c.training_python]
         if c.agent_interval is not None:
             argv += ["--interval", str(c.agent_interval)]
+        if c.confine_probes:
+            # The agents' probes may reach only this cluster and loopback (the project's network rule).
+            argv += ["--probe-allow", str(c.subnet), "--probe-allow", "127.0.0.0/8"]
         fixture = c.gpu_fixtures[self.index] if c.gpu_fixtures else None
         if fixture:
             argv += ["--gpu-fixture", str(fixture)]

@@ -138,3 +138,10 @@ def test_ssh_and_paramiko_into_agent_nodes(cluster3):
             assert "eth0" in out.read().decode()
         finally:
             client.close()
+
+
+def test_probes_are_confined_to_the_cluster(cluster3):
+    # Nodes have no default route, so nothing could leave anyway; the agent must not even try.
+    outside = connect(cluster3.nodes[1], "198.51.100.7", 22, timeout_s=1.0)
+    assert not outside.reachable
+    assert "probe-allow" in (outside.error or ""), outside.error
