@@ -1,0 +1,145 @@
+"""The checklist as the wizard keeps it: last results, progress of a run, and the launch gate.
+
+The checks themselves are :mod:`tui.checks` (the engine ``ftwiz --check`` runs); this class calls
+the engine, keeps its results for the screen, and answers "may we launch?" from them the same way
+``ftwiz --launch`` does: no failed check, unless the user explicitly overrode.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from rich.text import Text
+
+from shared.config import FtwizConfig
+from tui.app.render import Palette
+
+if TYPE_CHECKING:
+    from tui.app.app import FtwizApp
+
+__all__ = ["ChecklistState"]
+
+
+class ChecklistState:
+    """Results of the last checklist run and the override flag."""
+
+    def __init__(self) -> None:
+        self.results: list[Any] = []
+        """``CheckResult``s of the last run, in the engine's order."""
+        self.running: list[str] = []
+        """Check ids started and not finished yet."""
+        self.total = 0
+        """Checks in the current run."""
+        self.done = 0
+        """Checks finished in the current run."""
+        self.in_progress = False
+        """A run is going."""
+        self.error: Optional[str] = None
+        """Why the engine could not run at all."""
+        self.override = False
+        """The user allowed a launch despite failed checks (reset by every full run)."""
+        self.config_dump: Optional[str] = None
+        """The config the results were computed for (a changed config makes them stale)."""
+        self.statuses: dict[str, Any] = {}
+        """Per node: the agent poll the checks ran on (the launcher plans from these reports)."""
+        self.listener_until: Optional[float] = None
+        """Unix time until which the master's agent holds the rendezvous port (the firewall test)."""
+
+    @property
+    def failed(self) -> list[Any]:
+        """Results with status fail."""
+        return [r for r in self.results if r.status == "fail"]
+
+    def counts(self) -> dict[str, int]:
+        """Results per status."""
+        counts = {"pass": 0, "warn": 0, "fail": 0, "skip": 0}
+        for result in self.results:
+            counts[result.status] = counts.get(result.status, 0) + 1
+        return counts
+
+    def stale(self, config: FtwizConfig) -> bool:
+        """The config changed since the checks ran."""
+        return self.config_dump is not None and self.config_dump != config.model_dump_json()
+
+    def launch_blocker(self, config: FtwizConfig) -> Optional[str]:
+        """Why a launch must not start now, or None when it may."""
+        if self.in_progress:
+            return "The checklist is still running: wait for it to finish."
+        if self.config_dump is None:
+            return "Run the checklist first: F4, then r."
+        if self.stale(config):
+            return "The config changed since the checks ran: run them again (F4, then r)."
+        failed = self.failed
+        if failed and not self.override:
+            names = ", ".join(sorted({r.id for r in failed}))
+            return f"{len(failed)} check(s) failed ({names}). Fix them, or override on the Checklist (F4, then o)."
+        return None
+
+    def summary(self, config: FtwizConfig, palette: Palette) -> Text:
+        """The one-line status above the table."""
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if self.in_progress:
+            text.append(f"Running checks: {self.done}/{self.total} done ", style="bold")
+            return text
+        if self.config_dump is None:
+            text.append("Not run yet: press r to run every check.", style="bold")
+            return text
+        counts = self.counts()
+        text.append(f"{counts['pass']} pass", style=f"bold {palette.ok}")
+        text.append(f" · {counts['warn']} warn", style=f"bold {palette.warn}" if counts["warn"] else "")
+        text.append(f" · {counts['fail']} fail", style=f"bold {palette.bad}" if counts["fail"] else "")
+        text.append(f" · {counts['skip']} skip")
+        if self.stale(config):
+            text.append("  config changed since: r re-runs", style=palette.warn)
+        elif counts["fail"]:
+            text.append("  launch overridden" if self.override else "  launch blocked (o overrides)", style=f"bold {palette.bad}")
+        else:
+            text.append("  ready to launch (l)", style=f"bold {palette.ok}")
+        return text
+
+    async def run(self, app: "FtwizApp", *, only: Optional[str], on_change: Callable[[], None]) -> None:
+        """Run every check (or just ``only``) through the engine; ``on_change`` redraws as they finish."""
+        from tui.app.engines import run_checks
+
+        config = app.config
+        self.in_progress, self.error = True, None
+        self.done, self.total = 0, 0
+        previous = list(self.results)
+        if only is None:
+            self.results = []
+            self.override = False
+
+        def progress(done: int, total: int, running: list[str]) -> None:
+            self.done, self.total, self.running = done, total, list(running)
+            on_change()
+
+        on_change()
+        try:
+            checked = await run_checks(app, config, only=only, progress=progress)
+        except Exception as exc:  # the engine failed as a whole: say so, keep the old results
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.results = previous
+            return
+        finally:
+            self.in_progress, self.running = False, []
+        results = checked.results
+        self.statuses = dict(checked.statuses) or self.statuses
+        self.listener_until = getattr(checked, "rendezvous_listener_until", None) or self.listener_until
+        if only is None:
+            self.results = list(results)
+            self.config_dump = config.model_dump_json()
+        else:
+            fresh = [r for r in results if r.id == only] or list(results)
+            merged, inserted = [], False
+            for result in previous:
+                if result.id == only:
+                    if not inserted:
+                        merged.extend(fresh)
+                        inserted = True
+                    continue
+                merged.append(result)
+            if not inserted:
+                merged.extend(fresh)
+            self.results = merged
+            if self.config_dump is None:
+                self.config_dump = config.model_dump_json()

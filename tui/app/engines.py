@@ -1,0 +1,124 @@
+"""The one place the wizard calls the engines that ``ftwiz --check`` and ``ftwiz --launch`` use.
+
+Nothing here decides anything: it adapts the engines' calls and callbacks to the screens (progress
+as counts, events onto the UI thread). Tests may replace an engine through ``FtwizApp(engines=...)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from shared.config import FtwizConfig
+from tui.app.widgets.job.fit_chart import FitRow
+
+if TYPE_CHECKING:
+    from tui.app.app import FtwizApp
+    from tui.app.cluster_state import ClusterState
+
+__all__ = ["JobPlan", "check_ids", "launch_inputs", "new_run", "plan_job", "run_checks"]
+
+
+def check_ids(only: Optional[str] = None) -> list[str]:
+    """Registered check ids in display order (those starting with ``only`` when given)."""
+    from tui.checks import CHECKS, ORDER
+
+    ids = [spec.id for spec in CHECKS if not only or spec.id.startswith(only)]
+    rank = {cid: i for i, cid in enumerate(ORDER)}
+    return sorted(ids, key=lambda cid: rank.get(cid, len(ORDER)))
+
+
+async def run_checks(
+    app: "FtwizApp",
+    config: FtwizConfig,
+    *,
+    only: Optional[str],
+    progress: Callable[[int, int, list[str]], None],
+) -> Any:
+    """The checklist engine over ``config`` (a ``ChecklistRun``); ``progress(done, total, still_running_ids)``."""
+    from tui.checks.engine import run_checklist_full
+
+    runner = app.engines.get("run_checklist", run_checklist_full)
+    pending = check_ids(only)
+    total = len(pending) + 2
+    progress(0, total, list(pending))
+
+    def on_progress(label: str, done: int, total_steps: int) -> None:
+        if label in pending:
+            pending.remove(label)
+        progress(done, total_steps, list(pending))
+
+    return await runner(config, client=app.client, progress=on_progress, only=[only] if only else None)
+
+
+@dataclass
+class JobPlan:
+    """What the Job step draws: the estimate's items, a bar per GPU, and the routing advice."""
+
+    items: list[tuple[str, int]] = field(default_factory=list)
+    """``(item, bytes per GPU)`` from the estimator, in its order."""
+    rows: list[FitRow] = field(default_factory=list)
+    """One bar per GPU (or run of identical GPUs of a node) with the estimator's verdict."""
+    note: str = ""
+    """Why there is no estimate, or what it assumed."""
+    advice: list[Any] = field(default_factory=list)
+    """Routing advice items, each with its reason."""
+    advice_note: str = ""
+    """Why there is no advice."""
+
+
+def plan_job(config: FtwizConfig, cluster: "ClusterState") -> JobPlan:
+    """Run the estimator and the routing rules for ``config`` against the GPUs last reported."""
+    try:
+        from shared import estimator  # noqa: F401
+    except ImportError:
+        return JobPlan(note="The memory estimator (shared/estimator.py) is not installed in this build.")
+    return JobPlan(note="estimator wiring pending")
+
+
+def launch_inputs(app: "FtwizApp", config: FtwizConfig) -> tuple[dict[str, Any], Optional[dict[str, dict[str, str]]], Optional[str]]:
+    """What the launcher needs beside the config, as ``ftwiz --launch`` computes it.
+
+    Reports: the ones the checklist ran on (else the poller's latest). The NCCL/gloo interface plan:
+    :func:`shared.netplan.node_env` over those reports. Returns ``(reports, network_env, note)``.
+    """
+    statuses = app.checks.statuses or app.last_statuses
+    reports = {name: s.report for name, s in statuses.items() if getattr(s, "report", None) is not None}
+    if not reports:
+        return reports, None, None
+    try:
+        from shared.netplan import node_env
+
+        return reports, node_env(config, reports), None
+    except Exception as exc:  # same fallback as the headless launch: NCCL picks interfaces itself
+        return reports, None, f"no interface plan ({type(exc).__name__}: {exc}); NCCL/gloo will pick interfaces themselves"
+
+
+def new_run(app: "FtwizApp", config: FtwizConfig, *, resume: bool) -> Any:
+    """A :class:`tui.launch.run.Run` for ``config`` (resume: from the last recorded run's output_dir).
+
+    Raises :class:`tui.launch.run.LaunchError` when there is nothing to resume.
+    """
+    from tui.launch.record import latest_run_id, load_record, runs_dir
+    from tui.launch.run import LaunchError, Run, RunOptions
+
+    options = app.engines.get("run_options") or RunOptions()
+    output_dir, resumed_from = None, None
+    if resume:
+        base = runs_dir(options.runs_dir)
+        resumed_from = latest_run_id(base)
+        if resumed_from is None:
+            raise LaunchError(f"nothing to resume: no run recorded under {base}/ (launch once first, from this directory)")
+        output_dir = load_record(base, resumed_from).get("output_dir") or config.job.output_dir
+    reports, network_env, note = launch_inputs(app, config)
+    run = Run(config, options=options, reports=reports, network_env=network_env, resume=resume, output_dir=output_dir,
+              resumed_from=resumed_from, config_source=str(app.config_path) if app.config_path else None)
+    if note:
+        app.run_event(_note(note))
+    return run
+
+
+def _note(text: str) -> Any:
+    from tui.launch.events import RunNote
+
+    return RunNote(text, "warn")

@@ -1,0 +1,62 @@
+"""F1: every key binding of the step underneath, the app's own, and the step keys."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Static
+
+from tui.app.steps import STEPS
+
+__all__ = ["HelpScreen"]
+
+
+class HelpScreen(ModalScreen[None]):
+    """A modal list of keys; Escape, F1 or q closes it."""
+
+    CSS_PATH = "modal.tcss"
+    BINDINGS = [
+        Binding("escape,f1,q", "dismiss", "Close help"),
+    ]
+
+    def __init__(self, under: Screen) -> None:
+        super().__init__()
+        self._under = under
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="dialog", classes="help") as scroll:
+            scroll.border_title = "Keys"
+            yield Static(self._table(), id="help-keys")
+            yield Static("Tab / Shift+Tab move between fields and panes; arrows move inside tables; Enter selects.", id="help-hint")
+
+    def _table(self) -> Table:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column()
+        table.add_column(style="dim")
+        seen: set[tuple[str, str]] = set()
+        for step in STEPS:
+            table.add_row(step.key.upper(), f"Go to the {step.title} step", "everywhere")
+        table.add_row("Ctrl+N / Ctrl+B", "Next / previous step", "everywhere")
+        for active in self._under.active_bindings.values():
+            binding = active.binding
+            if binding.system or not binding.description or binding.action.startswith("goto"):
+                continue
+            if any(word in binding.action for word in ("copy", "focus_next", "focus_previous", "command_palette")):
+                continue  # Textual's own keys; Tab/Shift+Tab are explained below the table
+            key = self.app.get_key_display(binding)
+            if (key, binding.description) in seen:
+                continue
+            seen.add((key, binding.description))
+            if active.node is self.app:
+                where = "everywhere"
+            elif active.node is self._under:
+                where = f"{getattr(self._under, 'STEP', '') or 'this'} step"
+            else:
+                where = f"in {type(active.node).__name__}"
+            table.add_row(Text(key), binding.description, where)
+        return table

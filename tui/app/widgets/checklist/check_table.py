@@ -1,0 +1,87 @@
+"""One row per check result: status, title, node, detail; running checks show as pending rows."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from tui.app.render import Palette
+
+__all__ = ["CheckTable", "STATUS_GLYPH", "row_key"]
+
+STATUS_GLYPH = {"pass": "✔ pass", "warn": "▲ warn", "fail": "✖ fail", "skip": "– skip", "running": "⋯ run"}
+"""How each status reads in the first column (text, not only colour)."""
+
+
+def row_key(result: Any) -> str:
+    """A stable key for a result row: check id plus node (one check gives a row per node)."""
+    return f"{result.id}@{result.node or '*'}"
+
+
+class CheckTable(DataTable):
+    """The checklist's results in the engine's order."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row")
+        self._keys: list[str] = []
+        self._results: dict[str, Any] = {}
+
+    def on_mount(self) -> None:
+        self.add_column("Status", key="status", width=7)
+        self.add_column("Check", key="title", width=30)
+        self.add_column("Node", key="node", width=10)
+        self.add_column("Detail", key="detail", width=self._detail_width())
+
+    def _detail_width(self) -> int:
+        # The detail column takes what the fixed columns leave (padding 2 per column, scrollbar 2).
+        return max(self.size.width - (7 + 30 + 10) - 8 - 2, 20)
+
+    def on_resize(self) -> None:
+        column = self.columns.get("detail")  # type: ignore[call-overload]
+        if column is not None and column.width != self._detail_width():
+            column.width = self._detail_width()
+            self.refresh()
+
+    def show(self, results: Sequence[Any], palette: Palette, *, running: Sequence[str] = ()) -> None:
+        """Draw ``results`` (CheckResult-like) and, as pending rows, the check ids in ``running``."""
+        selected = self.selected_key
+        self.clear()
+        self._keys, self._results = [], {}
+        for result in results:
+            key = row_key(result)
+            if key in self._results:
+                continue
+            self._results[key] = result
+            self._keys.append(key)
+            self.add_row(*self._cells(result, palette), key=key)
+        for check_id in running:
+            key = f"{check_id}@running"
+            self._keys.append(key)
+            self.add_row(Text(STATUS_GLYPH["running"], style=palette.muted), Text(check_id, style=palette.muted), Text(""), Text("running…", style=palette.muted), key=key)
+        if selected in self._keys:
+            self.move_cursor(row=self._keys.index(selected), animate=False)
+
+    @property
+    def selected_key(self) -> Optional[str]:
+        """The row under the cursor."""
+        if not self._keys or not 0 <= self.cursor_row < len(self._keys):
+            return None
+        return self._keys[self.cursor_row]
+
+    @property
+    def selected_result(self) -> Optional[Any]:
+        """The result under the cursor (None for a running row)."""
+        key = self.selected_key
+        return self._results.get(key) if key else None
+
+    def _cells(self, result: Any, palette: Palette) -> list[Text]:
+        colour = {"pass": palette.ok, "warn": palette.warn, "fail": palette.bad, "skip": palette.muted}.get(result.status, "")
+        strong = "bold " if result.status == "fail" else ""
+        return [
+            Text(STATUS_GLYPH.get(result.status, result.status), style=f"{strong}{colour}", no_wrap=True),
+            Text(result.title, no_wrap=True, overflow="ellipsis"),
+            Text(result.node or "all", no_wrap=True, overflow="ellipsis", style=palette.muted if not result.node else ""),
+            Text(result.detail.replace("\n", " "), no_wrap=True, overflow="ellipsis"),
+        ]

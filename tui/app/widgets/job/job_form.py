@@ -1,0 +1,174 @@
+"""The ``[job]`` form: one compact field per setting, validated by :class:`shared.config.JobConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, get_args
+
+from pydantic import ValidationError
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.widgets import Checkbox, Input, Label, Select, Static
+
+from shared.config import JobConfig
+
+__all__ = ["JOB_FIELDS", "JobForm"]
+
+Kind = Literal["text", "int", "float", "choice", "bool", "list"]
+
+JOB_FIELDS: list[tuple[str, str, Kind]] = [
+    ("workload", "Workload", "choice"),
+    ("model", "Model", "text"),
+    ("dataset", "Dataset", "text"),
+    ("method", "Method", "choice"),
+    ("seq_len", "Seq len", "int"),
+    ("micro_batch_size", "Micro batch", "int"),
+    ("grad_accum_steps", "Grad accum", "int"),
+    ("epochs", "Epochs", "float"),
+    ("max_steps", "Max steps", "int"),
+    ("learning_rate", "Learning rate", "float"),
+    ("lora_r", "LoRA r", "int"),
+    ("lora_alpha", "LoRA alpha", "float"),
+    ("lora_dropout", "LoRA dropout", "float"),
+    ("target_modules", "LoRA targets", "list"),
+    ("gradient_checkpointing", "Grad ckpt", "bool"),
+    ("precision", "Precision", "choice"),
+    ("optimizer", "Optimizer", "choice"),
+    ("sharding", "Sharding", "choice"),
+    ("output_dir", "Output dir", "text"),
+    ("save_steps", "Save steps", "int"),
+]
+"""``(field, label, kind)`` in form order; choices come from the schema's Literal types."""
+
+
+def _choices(field: str) -> list[str]:
+    annotation = JobConfig.model_fields[field].annotation
+    return [str(c) for c in get_args(annotation)]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    return str(value)
+
+
+class JobForm(VerticalScroll):
+    """Edits a :class:`JobConfig`; posts :class:`JobForm.Changed` with every valid state.
+
+    Invalid input is shown under its field and not applied; ``errors`` holds the messages.
+    """
+
+    @dataclass
+    class Changed(Message):
+        """The form holds a new valid job."""
+
+        job: JobConfig
+        """The validated job settings."""
+
+    @dataclass
+    class Invalid(Message):
+        """The form holds input the schema rejects (nothing was applied)."""
+
+        errors: dict[str, str]
+        """Field → message."""
+
+    def __init__(self, job: JobConfig, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._job = job
+        self.errors: dict[str, str] = {}
+        """The current validation errors, by field."""
+        self._loading = False
+
+    def compose(self) -> ComposeResult:
+        for field, label, kind in JOB_FIELDS:
+            value = getattr(self._job, field)
+            with Horizontal(classes="job-field", id=f"row-{field}"):
+                yield Label(label, classes="job-label")
+                if kind == "choice":
+                    yield Select([(c, c) for c in _choices(field)], value=str(value), allow_blank=False, compact=True, id=f"job-{field}")
+                elif kind == "bool":
+                    yield Checkbox("on", value=bool(value), compact=True, id=f"job-{field}")
+                else:
+                    yield Input(_text(value), compact=True, id=f"job-{field}", tooltip=JobConfig.model_fields[field].description)
+            yield Static("", classes="job-error", id=f"job-error-{field}")
+
+    def load(self, job: JobConfig) -> None:
+        """Show ``job`` (e.g. after the config was reloaded) without posting Changed."""
+        self._job = job
+        self._loading = True
+        try:
+            for field, _, kind in JOB_FIELDS:
+                widget = self.query_one(f"#job-{field}")
+                value = getattr(job, field)
+                if kind == "choice":
+                    widget.value = str(value)  # type: ignore[attr-defined]
+                elif kind == "bool":
+                    widget.value = bool(value)  # type: ignore[attr-defined]
+                else:
+                    widget.value = _text(value)  # type: ignore[attr-defined]
+        finally:
+            self._loading = False
+
+    def values(self) -> dict[str, Any]:
+        """The form's raw values, shaped for :class:`JobConfig` (lists split, blanks omitted)."""
+        data: dict[str, Any] = {}
+        for field, _, kind in JOB_FIELDS:
+            widget = self.query_one(f"#job-{field}")
+            value = widget.value  # type: ignore[attr-defined]
+            if kind == "list":
+                data[field] = [part.strip() for part in str(value).split(",") if part.strip()]
+            elif kind in ("text", "int", "float"):
+                text = str(value).strip()
+                if text == "" and kind != "text":
+                    continue  # a blank number falls back to its default
+                data[field] = text
+            elif kind == "choice":
+                data[field] = value if value is not Select.NULL else None
+            else:
+                data[field] = bool(value)
+        # Settings the form does not show (allreduce sizes, timeouts) are kept as they are.
+        return {**self._job.model_dump(), **data}
+
+    def validate_form(self) -> Optional[JobConfig]:
+        """Validate the form against the schema; show errors under their fields."""
+        try:
+            job = JobConfig.model_validate(self.values())
+        except ValidationError as exc:
+            errors: dict[str, str] = {}
+            for error in exc.errors():
+                field = str(error["loc"][0]) if error["loc"] else "job"
+                message = error["msg"].removeprefix("Value error, ")
+                if error["type"] == "literal_error":
+                    message = f"must be one of {error.get('ctx', {}).get('expected', '')}"
+                errors.setdefault(field, message)
+            self._show_errors(errors)
+            return None
+        self._show_errors({})
+        return job
+
+    def _show_errors(self, errors: dict[str, str]) -> None:
+        self.errors = errors
+        for field, _, _ in JOB_FIELDS:
+            message = errors.get(field)
+            error = self.query_one(f"#job-error-{field}", Static)
+            error.update(f"{field}: {message}" if message else "")
+            error.set_class(bool(message), "-shown")
+            self.query_one(f"#row-{field}").set_class(bool(message), "-invalid")
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(Checkbox.Changed)
+    def _field_changed(self, event: Message) -> None:
+        event.stop()
+        if self._loading or not self.is_mounted:
+            return
+        job = self.validate_form()
+        if job is None:
+            self.post_message(self.Invalid(dict(self.errors)))
+        elif job != self._job:
+            self._job = job
+            self.post_message(self.Changed(job))
