@@ -1,0 +1,109 @@
+"""Stop-all under faults: a killed rank, a hung rank, a cut link, a refused sshd.
+
+Each test checks the guarantee itself: every process carrying the run's ``FTWIZ_RUN_ID`` on every
+node is gone (a /proc scan), within the issue's bound, with the culprit named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from tests.launch.conftest import RunThread, long_allreduce, make_run, rank_pid, run_pids, wait_until
+from tui.launch.run import LaunchError, RunOptions
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigkill_one_rank_stops_everything_within_10s(cluster3, tmp_path):
+    run = make_run(long_allreduce(cluster3), tmp_path)
+    watched = RunThread(run).start()
+    assert watched.wait_ranks(4, 120), watched.notes()
+    victim = rank_pid(run.run_id, 2)
+    victim_node = run.progress.ranks[2].node
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    gone = wait_until(lambda: not run_pids(run.run_id), 10)
+    elapsed = time.monotonic() - killed_at
+    result = watched.join(60)
+    assert gone, f"still running {elapsed:.1f} s after the SIGKILL: {run_pids(run.run_id)}"
+    assert result.exit_code != 0 and result.status == "failed"
+    assert (result.failed_node, result.failed_rank) == (victim_node, 2), result
+    record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
+    assert record["failed"]["node"] == victim_node and record["failed"]["rank"] == 2
+    assert record["failed"]["last_lines"]
+    assert "SIGKILL" in "\n".join(result.last_lines) or "-9" in "\n".join(result.last_lines)
+
+
+def test_sigstop_one_rank_is_a_stall_stopped_within_30s_with_stacks(cluster3, tmp_path):
+    config = long_allreduce(cluster3, stall_timeout_s=20, first_step_grace_s=120)
+    run = make_run(config, tmp_path, options=RunOptions(dump_wait_s=2.0))
+    watched = RunThread(run).start()
+    assert watched.wait_ranks(4, 120), watched.notes()
+    victim = rank_pid(run.run_id, 3)
+    os.kill(victim, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        gone = wait_until(lambda: not run_pids(run.run_id), 30)
+    finally:
+        if run_pids(run.run_id):
+            os.kill(victim, signal.SIGCONT)
+    result = watched.join(60)
+    assert gone, f"still running {time.monotonic() - stopped_at:.1f} s after SIGSTOP"
+    assert result.status == "failed" and result.exit_code != 0
+    assert "stall" in result.reason
+    assert 3 in result.stalled_ranks
+    # The stack dumps of the ranks that could answer are in the logs; the stopped one is named.
+    dumped = {l.rank for l in watched.lines() if "most recent call first" in l.text}
+    assert dumped >= {0, 1, 2}, dumped
+    record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
+    assert 3 in record["stack_dump_silent"]
+    assert result.failed_rank == 3
+    node_log = (tmp_path / "runs" / run.run_id / f"{run.progress.ranks[0].node}.log").read_text()
+    assert "most recent call first" in node_log
+
+
+def test_cut_link_stops_the_others_and_reaps_the_node_when_it_is_back(cluster3, tmp_path):
+    config = long_allreduce(cluster3, gpus=(1, 1, 1), stall_timeout_s=300)
+    config.cluster.ssh_keepalive_s = 2.0
+    run = make_run(config, tmp_path, options=RunOptions(reap_for_s=90))
+    watched = RunThread(run).start()
+    assert watched.wait_ranks(3, 120), watched.notes()
+    node2 = cluster3.node("node2")
+    node2.link_down()
+    cut_at = time.monotonic()
+    try:
+        others_gone = wait_until(lambda: not run_pids(run.run_id, "node0") and not run_pids(run.run_id, "node1"), 20)
+        others_elapsed = time.monotonic() - cut_at
+        left_on_node2 = run_pids(run.run_id, "node2")
+    finally:
+        node2.link_up()
+    assert others_gone, f"node0/node1 still running {others_elapsed:.1f} s after the cut"
+    assert left_on_node2, "node2's processes died on their own: the reaping path was not exercised"
+    reaped = wait_until(lambda: not run_pids(run.run_id), 60)
+    result = watched.join(90)
+    assert reaped, f"node2's leftovers were not reaped: {run_pids(run.run_id)}"
+    assert result.status == "failed" and result.failed_node == "node2"
+    assert "stopped answering" in result.reason
+    assert result.unreaped == []
+    assert any("reaped" in n for n in watched.notes()), watched.notes()
+
+
+def test_refused_sshd_at_launch_is_a_clear_error_and_nothing_runs(cluster3, tmp_path):
+    config = long_allreduce(cluster3, gpus=(1, 1, 1))
+    cluster3.node("node1").stop_sshd()
+    run = make_run(config, tmp_path)
+    with pytest.raises(LaunchError) as caught:
+        run.launch()
+    message = str(caught.value)
+    assert "node1" in message and "refused" in message and "sshd" in message, message
+    assert list(caught.value.problems) == ["node1"]
+    time.sleep(1.0)
+    assert not run_pids(run.run_id)
+    record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
+    assert record["status"] == "launch_failed"
