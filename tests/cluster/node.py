@@ -265,9 +265,14 @@ class Node:
             conn.close()
 
     def kill_strays(self) -> list[int]:
-        """Kill every process in the namespace that is not this node's agent or sshd (or their children)."""
-        keep = {p.pid for p in (self._agent, self._sshd) if p is not None and p.poll() is None}
-        stray = [pid for pid in reaper.namespace_pids(self.netns) if _session_of(pid) not in keep]
+        """Kill every process in the namespace but the sshd listener and the agent (with the agent's children).
+
+        What was started over ssh (its own session under sshd) or by :meth:`popen` counts as stray.
+        """
+        sessions = {p.pid for p in (self._agent, self._sshd) if p is not None and p.poll() is None}
+        agent = self._agent.pid if self.agent_running else None
+        stray = [pid for pid in reaper.namespace_pids(self.netns)
+                 if _stat_field(pid, 3) not in sessions and (agent is None or not _descends_from(pid, agent))]
         for pid in stray:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -323,13 +328,25 @@ def _stop(proc: Optional[subprocess.Popen], grace_s: float = 5.0) -> None:
         proc.wait(timeout=5)
 
 
-def _session_of(pid: int) -> Optional[int]:
-    """The session id of ``pid`` (field 6 of /proc/PID/stat), None if it is gone."""
+def _stat_field(pid: int, index: int) -> Optional[int]:
+    """Field ``index`` after the command name in /proc/PID/stat (1: ppid, 3: session); None if gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[3])
+    return int(stat.rsplit(")", 1)[1].split()[index])
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """Whether ``ancestor`` is ``pid``'s parent, grandparent, ... (pid 1 ends the walk)."""
+    for _ in range(64):
+        parent = _stat_field(pid, 1)
+        if parent is None or parent <= 1:
+            return False
+        if parent == ancestor:
+            return True
+        pid = parent
+    return False
 
 
 def log_tail(path: Path, lines: int = 20) -> str:

@@ -191,6 +191,30 @@ def test_firewall_mtu_sshd_and_heal(make_cluster):
     assert cluster.heal() == []
 
 
+def test_heal_kills_strays_but_keeps_daemons(make_cluster):
+    cluster = make_cluster(1, agent=AGENT_HERE)
+    node = cluster.nodes[0]
+    daemons = [p.pid for p in (node._sshd, node._agent) if p is not None]
+    stray = node.popen(["sleep", "300"])
+    assert node.ssh(["sh", "-c", "setsid sleep 301 </dev/null >/dev/null 2>&1 &"]).returncode == 0
+    assert any("stray" in f for f in cluster.heal())
+    assert stray.wait(timeout=10) is not None
+
+    def sleepers() -> list[int]:
+        found = []
+        for pid in reaper.namespace_pids(node.netns):
+            try:
+                if b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                continue  # exited meanwhile
+        return found
+
+    assert wait_until(lambda: not sleepers(), timeout=10), sleepers()
+    assert all(pid in reaper.namespace_pids(node.netns) for pid in daemons)
+    assert cluster.heal() == []
+
+
 def test_write_config_is_valid(make_cluster, tmp_path):
     cluster = make_cluster(2, agent=False, sshd=False)
     path = cluster.write_config(tmp_path / "ftwiz.toml", workload="allreduce", iterations=3)
