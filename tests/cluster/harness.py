@@ -156,7 +156,11 @@ class Cluster:
             state.save()
         cluster = cls(run_id, state, subnet, tmpdir)
         _LIVE.add(cluster)
-        cluster._start_watchdog()
+        try:
+            cluster._start_watchdog()
+        except BaseException:
+            cluster.close()
+            raise
         return cluster
 
     def _start_watchdog(self) -> None:
@@ -238,14 +242,21 @@ class Cluster:
                 return node
         raise KeyError(f"no node {name!r}; nodes are {', '.join(n.name for n in self.nodes)}")
 
-    def config(self, *, cluster: Optional[dict] = None, nccl: Optional[dict] = None, **job: Any):
-        """An ``FtwizConfig`` for this cluster: every node (root over ssh with the cluster key) plus ``job`` overrides."""
+    def config(self, *, cluster: Optional[dict] = None, nccl: Optional[dict] = None,
+               node_overrides: Optional[dict[str, dict]] = None, **job: Any):
+        """An ``FtwizConfig`` for this cluster: every node (root over ssh with the cluster key, the training
+        interpreter, its workdir), with ``[cluster]``/``[nccl]`` fields from ``cluster``/``nccl``, per-node
+        fields from ``node_overrides`` (``{"node1": {"gpus": 2}}``) and ``[job]`` fields from ``job``."""
         from shared.config import ClusterConfig, FtwizConfig, JobConfig, NcclConfig, NodeConfig
 
         cluster_fields = {"name": f"ns-{self.run_id}", "agent_token_file": str(self.token_path),
                           "known_hosts": str(self.known_hosts_path), "agent_port": AGENT_PORT, **(cluster or {})}
-        nodes = [NodeConfig(name=n.name, host=n.address, ssh_user="root", ssh_port=n.ssh_port, ssh_key=str(self.ssh_key_path),
-                            python=self.training_python, workdir=str(n.workdir)) for n in self.nodes]
+        unknown = set(node_overrides or {}) - {n.name for n in self.nodes}
+        if unknown:
+            raise KeyError(f"node_overrides names {sorted(unknown)}; nodes are {[n.name for n in self.nodes]}")
+        nodes = [NodeConfig(**{"name": n.name, "host": n.address, "ssh_user": "root", "ssh_port": n.ssh_port,
+                               "ssh_key": str(self.ssh_key_path), "python": self.training_python, "workdir": str(n.workdir),
+                               **(node_overrides or {}).get(n.name, {})}) for n in self.nodes]
         return FtwizConfig(cluster=ClusterConfig(**cluster_fields), nodes=nodes, job=JobConfig(**job),
                            nccl=NcclConfig(**(nccl or {})))
 

@@ -217,11 +217,13 @@ def test_heal_kills_strays_but_keeps_daemons(make_cluster):
 
 def test_write_config_is_valid(make_cluster, tmp_path):
     cluster = make_cluster(2, agent=False, sshd=False)
-    path = cluster.write_config(tmp_path / "ftwiz.toml", workload="allreduce", iterations=3)
+    path = cluster.write_config(tmp_path / "ftwiz.toml", workload="allreduce", iterations=3,
+                                node_overrides={"node1": {"gpus": 0}}, nccl={"socket_ifname": "=eth0"})
     config = parse_config(path.read_text(), str(path))
     assert config.cluster.agent_token_file == str(cluster.token_path)
     assert config.cluster.known_hosts == str(cluster.known_hosts_path)
     assert config.job.workload == "allreduce" and config.job.iterations == 3
+    assert config.nodes[1].gpus == 0 and config.nccl.socket_ifname == "=eth0"
     for node, entry in zip(cluster.nodes, config.nodes):
         assert (entry.name, entry.host, entry.ssh_user, entry.ssh_port) == (node.name, node.address, "root", 22)
         assert entry.ssh_key == str(cluster.ssh_key_path) and entry.workdir == str(node.workdir)
