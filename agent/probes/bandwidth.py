@@ -1,14 +1,15 @@
 """Throughput between two agents: stream bytes to the peer's ``POST /v1/sink`` and time it.
 
 The sender streams one preallocated 1 MiB buffer over and over (no per-chunk allocation) with
-an httpx streaming upload; the sink counts what ``request.stream()`` yields and discards it.
+an httpx streaming upload from a worker thread; the sink counts what ``request.stream()`` yields and discards it.
 Both sides are bounded in bytes and in time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Iterator, Sequence
 
 from shared.models import BandwidthProbeResult, SinkResult
 
@@ -36,22 +37,40 @@ class SinkLimitExceeded(Exception):
 async def stream_to_peer(
     peer_url: str, seconds: float, *, token: str, allow: Sequence[IpNetwork] = (), max_bytes: int = SEND_MAX_BYTES
 ) -> BandwidthProbeResult:
-    """Stream to ``peer_url``'s sink for ``seconds``; failures are reported in ``error``."""
+    """Stream to ``peer_url``'s sink for ``seconds``; failures are reported in ``error``.
+
+    The upload runs on a worker thread with httpx's blocking client: measured here, it costs
+    about a third of the CPU per byte of the asyncio client (0.4-0.5 s/GB against 1.4-1.9 s/GB),
+    and the event loop stays free for other requests meanwhile.
+    """
+    try:
+        url = _sink_url(peer_url)
+    except ValueError as error:
+        return _failed(peer_url, str(error))
+    refusal = target_refusal(url.host, allow)
+    if refusal:
+        return _failed(peer_url, refusal)
+    return await asyncio.to_thread(_upload, url, peer_url, seconds, token, max_bytes)
+
+
+def _sink_url(peer_url: str):
     import httpx  # imported on first use: it pulls in ~10 MB the idle agent does not need
 
     try:
         url = httpx.URL(peer_url.rstrip("/") + "/v1/sink")
-        host = url.host
     except (httpx.InvalidURL, ValueError, TypeError) as error:
-        return _failed(peer_url, f"peer_url is not a valid URL: {error}")
-    if not host or url.scheme not in ("http", "https"):
-        return _failed(peer_url, "peer_url must look like http://ADDRESS:8462")
-    refusal = target_refusal(host, allow)
-    if refusal:
-        return _failed(peer_url, refusal)
+        raise ValueError(f"peer_url is not a valid URL: {error}") from None
+    if not url.host or url.scheme not in ("http", "https"):
+        raise ValueError("peer_url must look like http://ADDRESS:8462")
+    return url
+
+
+def _upload(url, peer_url: str, seconds: float, token: str, max_bytes: int) -> BandwidthProbeResult:
+    import httpx
+
     sent = 0
 
-    async def body() -> AsyncIterator[memoryview]:
+    def body() -> Iterator[memoryview]:
         nonlocal sent
         stop_at = time.monotonic() + seconds
         while sent < max_bytes and time.monotonic() < stop_at:
@@ -62,8 +81,8 @@ async def stream_to_peer(
     started = time.monotonic()
     try:
         # trust_env=False: a proxy from the environment must never carry the token or the stream.
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False) as client:
-            response = await client.post(
+        with httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False) as client:
+            response = client.post(
                 url,
                 content=body(),
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"},

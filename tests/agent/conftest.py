@@ -1,0 +1,146 @@
+"""Real ``ftwiz-agent`` processes on 127.0.0.1 for the agent tests.
+
+Every agent is ``python -m agent`` in a subprocess with its own token file and a free port;
+tests talk to it with httpx over real HTTP. Only loopback addresses are ever contacted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import httpx
+import pytest
+
+from agent.fixtures import H100_SXM_8X
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the kernel's choice)."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def make_token(directory: Path, name: str = "agent.token") -> Path:
+    """A token file created by the real ``ftwiz-agent token`` command."""
+    path = directory / name
+    subprocess.run([sys.executable, "-m", "agent", "token", str(path)], cwd=REPO_ROOT, check=True, capture_output=True, timeout=30)
+    return path
+
+
+class AgentProcess:
+    """One running agent: its URL, token, log and process."""
+
+    def __init__(self, workdir: Path, *, node_name: str, token_file: Optional[Path] = None, extra_args: Sequence[str] = ()) -> None:
+        self.workdir = workdir
+        self.node_name = node_name
+        self.port = free_port()
+        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.token_file = token_file or make_token(workdir, f"{node_name}.token")
+        self.token = self.token_file.read_text().strip()
+        self.log_path = workdir / f"{node_name}.log"
+        argv = [
+            sys.executable, "-m", "agent", "serve",
+            "--host", LOOPBACK, "--port", str(self.port),
+            "--token-file", str(self.token_file),
+            "--node-name", node_name,
+            "--disk-path", str(workdir),
+            "--disk-path", str(workdir / "not-created-yet"),
+            "--log-level", "warning",
+            *extra_args,
+        ]
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_healthy()
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """Headers carrying this agent's token."""
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self, **kwargs) -> httpx.Client:
+        """An authenticated client for this agent (never uses proxies from the environment)."""
+        return httpx.Client(base_url=self.url, headers=self.auth, timeout=30.0, trust_env=False, **kwargs)
+
+    def log_tail(self) -> str:
+        """The last lines the agent logged."""
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._log.close()
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"agent {self.node_name} exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1.0, trust_env=False).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"agent {self.node_name} did not answer /healthz within {START_TIMEOUT_S} s:\n{self.log_tail()}")
+
+
+def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.2, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value; fail with ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+@pytest.fixture(scope="module")
+def agent_dir(tmp_path_factory) -> Path:
+    """A private folder for a module's agents (token files, logs)."""
+    directory = tmp_path_factory.mktemp("agent")
+    os.chmod(directory, 0o700)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def agent(agent_dir: Path) -> Iterator[AgentProcess]:
+    """A GPU-less agent on this machine (live NVML, which finds no driver here)."""
+    process = AgentProcess(agent_dir, node_name="plain", extra_args=["--stop-grace", "1"])
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def gpu_agent(agent_dir: Path) -> Iterator[AgentProcess]:
+    """An agent serving the constructed 8x H100 fixture (its own token)."""
+    process = AgentProcess(agent_dir, node_name="h100", extra_args=["--gpu-fixture", str(H100_SXM_8X)])
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(agent: AgentProcess) -> Iterator[httpx.Client]:
+    """Authenticated client of ``agent``."""
+    with agent.client() as http:
+        yield http

@@ -1,0 +1,56 @@
+"""Every route but /healthz needs the bearer token: no token, a wrong token, the right token."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from .conftest import AgentProcess, free_port
+
+# One request per route that would succeed with the right token; the matrix below checks the
+# live OpenAPI document lists exactly these, so a new route cannot skip the auth test.
+def route_requests(agent: AgentProcess) -> dict[tuple[str, str], dict]:
+    return {
+        ("GET", "/healthz"): {},
+        ("GET", "/v1/report"): {},
+        ("POST", "/v1/refresh"): {},
+        ("GET", "/metrics"): {},
+        ("POST", "/v1/probe/connect"): {"json": {"host": "127.0.0.1", "port": agent.port, "timeout_s": 2}},
+        ("POST", "/v1/probe/listen"): {"json": {"port": free_port(), "ttl_s": 1}},
+        ("POST", "/v1/probe/bandwidth"): {"json": {"peer_url": agent.url, "seconds": 0.2}},
+        ("POST", "/v1/sink"): {"content": b"x" * 1000},
+        ("POST", "/v1/runs/{run_id}/stop"): {"path": "/v1/runs/auth-matrix-no-such-run/stop"},
+    }
+
+
+def test_matrix_covers_every_route(agent: AgentProcess) -> None:
+    schema = httpx.get(agent.url + "/openapi.json", trust_env=False, timeout=10).json()
+    served = {(method.upper(), path) for path, operations in schema["paths"].items() for method in operations}
+    assert served == set(route_requests(agent)), "add the new route to route_requests() so its auth is tested"
+
+
+@pytest.mark.parametrize("credential", ["none", "wrong", "wrong-scheme", "right"])
+def test_auth_matrix(agent: AgentProcess, credential: str) -> None:
+    headers = {
+        "none": {},
+        "wrong": {"Authorization": "Bearer " + "x" * len(agent.token)},
+        "wrong-scheme": {"Authorization": f"Basic {agent.token}"},
+        "right": agent.auth,
+    }[credential]
+    with httpx.Client(base_url=agent.url, timeout=30, trust_env=False) as http:
+        for (method, path), request in route_requests(agent).items():
+            request = dict(request)
+            url = request.pop("path", path)
+            response = http.request(method, url, headers=headers, **request)
+            if path == "/healthz" or credential == "right":
+                assert response.status_code == 200, (method, path, response.status_code, response.text)
+            else:
+                assert response.status_code == 401, (method, path, response.status_code, response.text)
+                assert response.headers["www-authenticate"].startswith("Bearer")
+                assert "--token-file" in response.json()["detail"]
+
+
+def test_token_prefix_is_not_enough(agent: AgentProcess) -> None:
+    for candidate in (agent.token[:-1], agent.token + "x", agent.token.upper() if agent.token != agent.token.upper() else agent.token.lower()):
+        response = httpx.get(agent.url + "/v1/report", headers={"Authorization": f"Bearer {candidate}"}, trust_env=False, timeout=10)
+        assert response.status_code == 401
