@@ -68,12 +68,99 @@ class JobPlan:
 
 
 def plan_job(config: FtwizConfig, cluster: "ClusterState") -> JobPlan:
-    """Run the estimator and the routing rules for ``config`` against the GPUs last reported."""
+    """The estimator and the routing rules for ``config`` against the GPUs last reported.
+
+    The architecture comes from the same resolver the ``mem.fit`` check uses, and the GPUs a node
+    contributes from the same selection (``gpus = "all" | N | [indices]``).
+    """
+    job = config.job
+    if job.workload != "sft":
+        return JobPlan(note=f"workload {job.workload}: no model to fit in memory.", advice_note="The all-reduce check needs no plan.")
     try:
-        from shared import estimator  # noqa: F401
+        from shared import estimator
     except ImportError:
-        return JobPlan(note="The memory estimator (shared/estimator.py) is not installed in this build.")
-    return JobPlan(note="estimator wiring pending")
+        return JobPlan(note="The memory estimator (shared/estimator.py) is not in this build.")
+    from tui.checks.gpus import selected_gpus
+    from tui.checks.resources import resolve_arch
+
+    source = resolve_arch(config)
+    if source.arch is None:
+        return JobPlan(note=f"Unknown model: {source.source}. Use a local directory with config.json, or a catalog id.")
+    inventory = {}
+    for node in config.nodes:
+        view = cluster.nodes.get(node.name)
+        if view is not None and view.report is not None:
+            inventory[node.name] = selected_gpus(node, view.report)
+    dp = sum(max(1, len(gpus)) for gpus in inventory.values()) or len(config.nodes)
+    try:
+        est = estimator.estimate(source.arch, job, dp_size=dp, sharding=job.sharding)
+    except Exception as exc:  # an estimator bug must not take the form down
+        return JobPlan(note=f"estimator failed: {type(exc).__name__}: {exc}")
+    plan = JobPlan(items=_items(est), note=f"{source.source} · data-parallel size {dp}")
+    for node_name, gpus in inventory.items():
+        plan.rows.extend(_fit_rows(estimator, est, node_name, gpus))
+    plan.advice, plan.advice_note = _advice(config, inventory, est, dp)
+    return plan
+
+
+def _items(est: Any) -> list[tuple[str, int]]:
+    """``(label, bytes)`` per item of an estimate, whatever container the estimator uses."""
+    raw = next((getattr(est, name) for name in ("items", "breakdown", "parts") if getattr(est, name, None) is not None), [])
+    if isinstance(raw, dict):
+        raw = list(raw.items())
+    items = []
+    for entry in raw:
+        if isinstance(entry, tuple):
+            label, size = entry[0], entry[1]
+        else:
+            label = next((getattr(entry, n) for n in ("label", "name", "item") if getattr(entry, n, None)), str(entry))
+            size = next((getattr(entry, n) for n in ("bytes", "size_bytes", "value") if getattr(entry, n, None) is not None), 0)
+        items.append((str(label), int(size)))
+    return items
+
+
+def _fit_rows(estimator: Any, est: Any, node: str, gpus: list[Any]) -> list[FitRow]:
+    """One row per GPU; consecutive GPUs with the same free memory and verdict share a row."""
+    rows: list[FitRow] = []
+    first = last = None
+    for gpu in gpus:
+        free = gpu.memory_free_bytes if gpu.memory_free_bytes is not None else gpu.memory_total_bytes
+        verdict, lever = ("unknown", "")
+        if free is not None:
+            answer = estimator.fit(est, free)
+            verdict = str(getattr(answer, "verdict", getattr(answer, "status", answer)))
+            lever = str(getattr(answer, "lever", "") or getattr(answer, "hint", "") or "")
+        row = FitRow(f"{node} GPU{gpu.index}", free, gpu.memory_total_bytes, verdict, lever)
+        previous = rows[-1] if rows else None
+        if previous is not None and last is not None and gpu.index == last + 1 and _same(previous, row):
+            previous.label = f"{node} GPU{first}-{gpu.index}"
+            last = gpu.index
+            continue
+        rows.append(row)
+        first = last = gpu.index
+    return rows
+
+
+def _same(a: FitRow, b: FitRow) -> bool:
+    close = a.free_bytes is not None and b.free_bytes is not None and abs(a.free_bytes - b.free_bytes) < 256 * 1024**2
+    return close and a.verdict == b.verdict and a.lever == b.lever
+
+
+def _advice(config: FtwizConfig, inventory: dict[str, list[Any]], est: Any, dp: int) -> tuple[list[Any], str]:
+    """Routing advice for the job (each item carries its reason)."""
+    try:
+        from shared import routing
+    except ImportError:
+        return [], "The routing rules (shared/routing.py) are not in this build."
+    advise = getattr(routing, "advise", None) or getattr(routing, "advice", None)
+    if advise is None:
+        return [], "shared.routing has no advise()."
+    try:
+        return list(advise(config=config, inventory=inventory, estimate=est, dp_size=dp)), ""
+    except TypeError:
+        return [], "shared.routing.advise() takes other arguments than the wizard passes (wiring pending)."
+    except Exception as exc:
+        return [], f"routing failed: {type(exc).__name__}: {exc}"
 
 
 def launch_inputs(app: "FtwizApp", config: FtwizConfig) -> tuple[dict[str, Any], Optional[dict[str, dict[str, str]]], Optional[str]]:

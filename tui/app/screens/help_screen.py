@@ -31,32 +31,33 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="dialog", classes="help") as scroll:
             scroll.border_title = "Keys"
             yield Static(self._table(), id="help-keys")
-            yield Static("Tab / Shift+Tab move between fields and panes; arrows move inside tables; Enter selects.", id="help-hint")
+            yield Static("Tab / Shift+Tab move between fields and panes; arrows move in tables and tabs; "
+                         "Ctrl+P opens the command palette (themes). Escape closes this.", id="help-hint")
 
     def _table(self) -> Table:
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold", no_wrap=True)
         table.add_column()
         table.add_column(style="dim")
-        seen: set[tuple[str, str]] = set()
-        for step in STEPS:
-            table.add_row(step.key.upper(), f"Go to the {step.title} step", "everywhere")
-        table.add_row("Ctrl+N / Ctrl+B", "Next / previous step", "everywhere")
+        step_name = getattr(self._under, "STEP", "") or "this"
+        rows: list[tuple[str, str, str]] = [(step.key.upper(), f"Go to the {step.title} step", "everywhere") for step in STEPS]
+        rows.append(("Ctrl+N / Ctrl+B", "Next / previous step", "everywhere"))
+        own: list[tuple[str, str, str]] = []
+        seen: set[str] = set()
         for active in self._under.active_bindings.values():
             binding = active.binding
             if binding.system or not binding.description or binding.action.startswith("goto"):
                 continue
-            if any(word in binding.action for word in ("copy", "focus_next", "focus_previous", "command_palette")):
-                continue  # Textual's own keys; Tab/Shift+Tab are explained below the table
+            if active.node is not self.app and active.node is not self._under:
+                continue  # widgets' own keys (arrows in tables and tabs) are summed up below the table
             key = self.app.get_key_display(binding)
-            if (key, binding.description) in seen:
+            if key in seen:
                 continue
-            seen.add((key, binding.description))
+            seen.add(key)
             if active.node is self.app:
-                where = "everywhere"
-            elif active.node is self._under:
-                where = f"{getattr(self._under, 'STEP', '') or 'this'} step"
+                rows.append((key, binding.description, "everywhere"))
             else:
-                where = f"in {type(active.node).__name__}"
-            table.add_row(Text(key), binding.description, where)
+                own.append((key, binding.description, f"{step_name} step"))
+        for key, description, where in rows + own:
+            table.add_row(Text(key), description, where)
         return table
