@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from agent.workloads.protocol import parse_line
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,11 +84,24 @@ def finish(proc: subprocess.Popen, *, timeout: float = 180) -> Result:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL ``proc``'s process group (torchrun and the workers it started)."""
+    """SIGKILL ``proc``'s process group and every descendant.
+
+    torchrun starts each worker in a session of its own, so killing torchrun's group alone would orphan
+    the workers (still holding the stdout pipe): collect the descendants first.
+    """
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for child in family:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def run(argv: list[str], rundir: Path, *, timeout: float = 180) -> Result:
