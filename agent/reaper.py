@@ -39,7 +39,7 @@ class _Proc:
 
 def find_run_processes(run_id: str, *, proc_root: str = "/proc") -> list[int]:
     """Pids (other than this agent) whose environment has ``FTWIZ_RUN_ID=<run_id>`` exactly."""
-    if not _RUN_ID.match(run_id):
+    if not _RUN_ID.fullmatch(run_id):  # fullmatch: `$` alone would accept a trailing newline
         raise ValueError(f"run id {run_id!r} does not match {RUN_ID_PATTERN}")
     needle = f"{RUN_ENV}={run_id}".encode()
     own = os.getpid()

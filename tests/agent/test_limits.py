@@ -42,7 +42,7 @@ def test_unparseable_bodies_are_422(client: httpx.Client, raw: bytes) -> None:
     assert response.status_code == 422, response.text
 
 
-@pytest.mark.parametrize("run_id", ["has space", "a" * 65, "semi;colon", "$(reboot)", "ünïcode"])
+@pytest.mark.parametrize("run_id", ["has space", "a" * 65, "semi;colon", "$(reboot)", "ünïcode", "id%0A"])
 def test_bad_run_ids_are_422(client: httpx.Client, run_id: str) -> None:
     response = client.post(f"/v1/runs/{run_id}/stop")
     assert response.status_code == 422, response.text
