@@ -146,6 +146,27 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any]]:
     return True, reports
 
 
+def _poll_reports(config: FtwizConfig) -> dict[str, Any]:
+    """The agents' reports without the checklist (GPU counts, cores and NICs for the plan)."""
+    import asyncio
+
+    try:
+        from tui.client import AgentClient
+    except ImportError:
+        return {}
+
+    async def poll() -> dict[str, Any]:
+        async with AgentClient(config) as client:
+            return await client.poll()
+
+    try:
+        statuses = asyncio.run(poll())
+    except Exception as exc:
+        _err(f"warning: could not ask the agents ({type(exc).__name__}: {exc}); planning without their reports")
+        return {}
+    return {name: s.report for name, s in statuses.items() if getattr(s, "report", None) is not None}
+
+
 def _network_env(config: FtwizConfig, reports: dict[str, Any]) -> Optional[dict[str, dict[str, str]]]:
     if not reports:
         return None
@@ -204,11 +225,12 @@ def launch(
             return EXIT_USAGE
         output_dir = load_record(base, resumed_from).get("output_dir") or config.job.output_dir
         _err(f"resuming run {resumed_from}: continuing from the latest checkpoint in {output_dir}")
-    reports: dict[str, Any] = {}
     if checklist:
         allowed, reports = _checklist(config, force)
         if not allowed:
             return EXIT_FAILED
+    else:
+        reports = _poll_reports(config)
     if not yes and (not sys.stdin or not sys.stdin.isatty()):
         _err("ERROR: not launching: no terminal to confirm on; pass --yes to launch without asking")
         return EXIT_USAGE

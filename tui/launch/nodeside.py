@@ -7,9 +7,10 @@ works on a node before, during and after a run, with nothing installed. Commands
     Stream ``<node>.log`` from byte ``OFFSET``, framed one record a line on stdout:
     ``P <pgid>`` once known, ``L <end offset> <text>`` per log line, ``T <unix time>`` every ``TICK``
     seconds (the controller's liveness signal: a cut link shows as missing ticks), and finally
-    ``X <exit code>`` when torchrun ended by itself or ``X gone`` when its process group vanished
-    without an exit code (signalled).
-``kill RUN_ID NODE GRACE [PGID]``
+    ``X <exit code>`` when torchrun ended by itself, ``X stopped`` when an ftwiz stop ended it
+    (``<node>.stopped`` is there), or ``X gone`` when its process group vanished without an exit
+    code (signalled by someone else).
+``kill RUN_ID NODE GRACE [PGID [RUNDIR]]``
     SIGTERM (then SIGCONT, so a stopped process can act on it) to the process group and to every
     process whose environment carries ``FTWIZ_RUN_ID=RUN_ID`` and ``FTWIZ_NODE=NODE``; after
     ``GRACE`` s SIGKILL what is left; print one JSON object ``{"killed": [...], "remaining": [...]}``.
@@ -94,9 +95,20 @@ def _send(pid, sig):
         return False
 
 
-def cmd_kill(run_id, node, grace, pgid=None):
-    """TERM → grace → KILL everything of the run on this node; report it as JSON."""
+def cmd_kill(run_id, node, grace, pgid=None, rundir=None):
+    """TERM → grace → KILL everything of the run on this node; report it as JSON.
+
+    With ``rundir``, first leave ``<node>.stopped`` there, so whoever follows the log (another
+    controller attached to the run) learns the run was stopped on purpose, not killed.
+    """
     killed = {}
+    rundir = os.path.expanduser(rundir) if rundir else None
+    if rundir and os.path.isdir(rundir):
+        try:
+            with open(os.path.join(rundir, node + ".stopped"), "w") as fh:
+                fh.write("%.3f\n" % time.time())
+        except OSError:
+            pass
 
     def targets():
         pids = {pid for pid, _ in run_processes(run_id, node)}
@@ -222,7 +234,7 @@ def cmd_follow(rundir, node, offset, tick):
             gone_since = gone_since or now
             if now - gone_since > 1.0:
                 _flush_pending(pending, offset)
-                _emit("X gone")
+                _emit("X stopped" if os.path.exists(os.path.join(rundir, node + ".stopped")) else "X gone")
                 return 0
         if pgid is None and now - waited_since > 30 and not os.path.exists(log):
             _emit("X missing")
@@ -244,7 +256,8 @@ def main(argv):
     if command == "follow":
         return cmd_follow(args[0], args[1], int(args[2]), float(args[3]))
     if command == "kill":
-        return cmd_kill(args[0], args[1], float(args[2]), int(args[3]) if len(args) > 3 and args[3].isdigit() else None)
+        pgid = int(args[3]) if len(args) > 3 and args[3].isdigit() else None
+        return cmd_kill(args[0], args[1], float(args[2]), pgid, args[4] if len(args) > 4 else None)
     if command == "signal":
         return cmd_signal(args[0], args[1], args[2])
     if command == "ps":

@@ -239,6 +239,8 @@ def start_script(plan: NodePlan, rundir_abs: str) -> str:
         f"echo $$ > {run_dir}/{name}.pgid.tmp && mv {run_dir}/{name}.pgid.tmp {run_dir}/{name}.pgid",
     ]
     lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(plan.env.items())]
+    if "GLOO_SOCKET_IFNAME" not in plan.env:
+        lines += _interface_fallback(plan.env["MASTER_ADDR"])
     lines += [
         f"{shlex.join(plan.argv)} < /dev/null >> {run_dir}/{name}.log 2>&1",
         "code=$?",
@@ -247,6 +249,18 @@ def start_script(plan: NodePlan, rundir_abs: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _interface_fallback(master: str) -> list[str]:
+    """Without an interface plan (no agent report): the interface that routes to the master, found on
+    the node; gloo would otherwise bind to whatever the hostname resolves to, often loopback."""
+    quoted = shlex.quote(master)
+    return [
+        "# No interface plan for this node: use the one that routes to the master (never lo).",
+        f"dev=$(ip -o route get {quoted} 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')",
+        f"if [ \"$dev\" = lo ]; then dev=$(ip -o addr show 2>/dev/null | awk -v a={quoted} '{{split($4, p, \"/\"); if (p[1] == a) print $2}}' | head -n 1); fi",
+        'if [ -n "$dev" ] && [ "$dev" != lo ]; then export GLOO_SOCKET_IFNAME="$dev"; [ -n "${NCCL_SOCKET_IFNAME+x}" ] || export NCCL_SOCKET_IFNAME="=$dev"; fi',
+    ]
 
 
 def start_command(node: str, rundir_abs: str, *, wait_s: float = 10.0) -> str:
@@ -259,7 +273,7 @@ def start_command(node: str, rundir_abs: str, *, wait_s: float = 10.0) -> str:
     name = shlex.quote(node)
     tries = max(1, int(wait_s / 0.1))
     return (
-        f"cd {run_dir} && rm -f {name}.pgid {name}.exit && "
+        f"cd {run_dir} && rm -f {name}.pgid {name}.exit {name}.stopped && "
         f"(setsid sh {name}.sh < /dev/null > /dev/null 2>&1 &) && "
         f"i=0; while [ ! -s {name}.pgid ] && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; "
         f'if [ -s {name}.pgid ]; then echo "ftwiz-pgid $(cat {name}.pgid)"; else echo "ftwiz-pgid-missing"; exit 98; fi'

@@ -121,6 +121,8 @@ def _describe_exit(code: Optional[str]) -> str:
         return "still running"
     if code == "gone":
         return "ended by a signal (no exit code)"
+    if code == "stopped":
+        return "stopped by ftwiz"
     if code == "missing":
         return "never started (no log on the node)"
     try:
@@ -426,6 +428,9 @@ class Run:
             if self._detach_request:
                 return self._detached("detached: the run goes on without supervision")
             runners = list(self._runners.values())
+            if any(r.exit == "stopped" for r in runners):
+                # Another controller (``ftwiz --stop``, a TUI) stopped the run on purpose.
+                return self._stop_all("stopped from another ftwiz (ftwiz --stop)", status="stopped")
             failed = [r for r in runners if r.exit not in (None, "0")]
             if failed:
                 first = min(failed, key=lambda r: self._exit_order.index(r.name) if r.name in self._exit_order else 99)
@@ -504,7 +509,7 @@ class Run:
         elif kind == "exit":
             self._exit_order.append(node)
             self.record.update_node(node, exit=payload, exit_description=_describe_exit(payload), ended_at=time.time())
-            state = NodeState.EXITED if payload == "0" else NodeState.FAILED
+            state = {"0": NodeState.EXITED, "stopped": NodeState.STOPPED}.get(payload, NodeState.FAILED)
             self._set_state(node, state, _describe_exit(payload))
         elif kind == "lost":
             self._set_state(node, NodeState.RECONNECTING, str(payload))

@@ -229,7 +229,7 @@ class NodeRunner:
         """
         if fresh or self._link is None:
             self.connect(connect_timeout)
-        return self._helper("kill", self.run_id, self.name, str(grace), str(self.pgid or ""), timeout=grace + 20)
+        return self._helper("kill", self.run_id, self.name, str(grace), str(self.pgid or ""), self.rundir_abs or f"{self.node.workdir}/{rundir_rel(self.run_id)}", timeout=grace + 20)
 
     def send_signal(self, signame: str) -> dict:
         """Signal the run's workers on the node (``SIGUSR1`` for stack dumps)."""
