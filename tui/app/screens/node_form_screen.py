@@ -77,7 +77,7 @@ class NodeFormScreen(ModalScreen[Optional[NodeConfig]]):
                     value = getattr(self._node, field) if self._node else None
                     with Horizontal(classes="field-row"):
                         yield Label(label)
-                        yield Input(_field_text(value), placeholder=placeholder, id=f"node-{field}")
+                        yield Input(_field_text(value), placeholder=placeholder, id=f"node-{field}", compact=True)
                     yield Static("", id=f"error-{field}", classes="field-error")
             yield Static("", id="error-form", classes="field-error")
             with Horizontal(id="buttons"):
@@ -102,8 +102,8 @@ class NodeFormScreen(ModalScreen[Optional[NodeConfig]]):
     def validate(self) -> Optional[NodeConfig]:
         """Validate the form; show each error under its field and return None if any."""
         for field, _, _ in NODE_FIELDS:
-            self.query_one(f"#error-{field}", Static).update("")
-        self.query_one("#error-form", Static).update("")
+            self._error(f"#error-{field}", "")
+        self._error("#error-form", "")
         try:
             node = NodeConfig.model_validate(self.values())
         except ValidationError as exc:
@@ -113,13 +113,18 @@ class NodeFormScreen(ModalScreen[Optional[NodeConfig]]):
                 if error["type"] == "missing":
                     message = "required"
                 target = f"#error-{field}" if field in {f for f, _, _ in NODE_FIELDS} else "#error-form"
-                self.query_one(target, Static).update(f"{field}: {message}")
+                self._error(target, f"{field}: {message}")
             return None
         problem = self._check(node)
         if problem:
-            self.query_one("#error-form", Static).update(problem)
+            self._error("#error-form", problem)
             return None
         return node
+
+    def _error(self, selector: str, message: str) -> None:
+        error = self.query_one(selector, Static)
+        error.update(message)
+        error.set_class(bool(message), "-shown")
 
     @on(Button.Pressed, "#save")
     def _save(self) -> None:

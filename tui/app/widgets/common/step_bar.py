@@ -12,7 +12,7 @@ __all__ = ["StepBar"]
 
 
 class StepBar(Widget):
-    """``F2 Cluster › F3 Job › F4 Checklist › F5 Launch   ftwiz.toml ● unsaved``."""
+    """``F2 Cluster › F3 Job › F4 Checklist › F5 Launch  ● unsaved  ftwiz.toml``."""
 
     DEFAULT_CSS = """
     StepBar { height: 1; background: $panel; color: $text; }
@@ -48,8 +48,8 @@ class StepBar(Widget):
                 text.append("›")
             style = f"bold reverse {theme.primary}" if step.name == self.current else ""
             text.append(f" {step.key.upper()} {step.title} ", style=style)
+        if self.dirty:  # before the path, so a long path never pushes it off a narrow screen
+            text.append("  ● unsaved", style=f"bold {theme.warning or 'yellow'}")
         text.append("  ")
         text.append(self.source, style="dim")
-        if self.dirty:
-            text.append(" ● unsaved", style=f"bold {theme.warning or 'yellow'}")
         return text
