@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import errno
 import os
 import time
 from dataclasses import dataclass
@@ -196,7 +197,7 @@ class AgentClient:
         path = self.config.cluster.agent_token_file
         return (
             f"use the same token everywhere: copy {path} from {cfg.name} (scp {cfg.host}:{path} {path}; chmod 600 {path}), "
-            "or create one with `python -m agent token PATH` and restart every agent with --token-file PATH"
+            "or create one with `ftwiz-agent token PATH` and restart every agent with --token-file PATH"
         )
 
     # ------------------------------------------------------------------ reports
@@ -317,7 +318,7 @@ class AgentClient:
 
     async def refresh(self, node: NodeRef) -> AgentReply[RefreshResult]:
         """``POST /v1/refresh``: re-probe the training interpreter now."""
-        return await self._call(node, "POST", "/v1/refresh", RefreshResult, timeout=max(self.timeout, 30.0))
+        return await self._call(node, "POST", "/v1/refresh", RefreshResult, timeout=max(self.timeout, 100.0))
 
     async def stop_run(self, node: NodeRef, run_id: str) -> AgentReply[RunStopResult]:
         """``POST /v1/runs/{run_id}/stop``: signal every process of the run on ``node``."""
@@ -341,12 +342,29 @@ def _detail(response: httpx.Response) -> str:
     return str(body)[:200]
 
 
+def _root_oserror(exc: BaseException) -> Optional[OSError]:
+    """The OSError under an httpx/httpcore exception chain (it carries the errno)."""
+    seen = 0
+    current: Optional[BaseException] = exc
+    while current is not None and seen < 10:
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        current = current.__cause__ or current.__context__
+        seen += 1
+    return None
+
+
 def _network_message(exc: httpx.HTTPError, url: str, timeout: float) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return f"no answer from {url} within {timeout:g} s"
-    if isinstance(exc, httpx.ConnectError):
-        text = str(exc) or type(exc).__name__
-        if "refused" in text.lower():
-            return f"connection to {url} refused: no agent listening"
-        return f"cannot connect to {url}: {text}"
-    return f"{url}: {type(exc).__name__}: {exc}"
+    root = _root_oserror(exc)
+    if root is not None:
+        if root.errno == errno.ECONNREFUSED:
+            return f"connection to {url} refused: no agent listening there"
+        if root.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            return f"no route to {url}: the node is off or its link is down"
+        return f"cannot connect to {url}: {root.strerror or root}"
+    text = str(exc) or type(exc).__name__
+    if "refused" in text.lower():
+        return f"connection to {url} refused: no agent listening there"
+    return f"cannot connect to {url}: {text}"

@@ -89,6 +89,8 @@ class CheckContext:
         self.options = options or {}
         """Tunables: ``bandwidth_seconds``, ``connect_timeout_s``, ``listen_ttl_s``."""
         self.controller_time = time.time()
+        self.notes: dict[str, Any] = {}
+        """Facts checks leave for the caller (e.g. ``rendezvous_listener_until``)."""
         self._memo: dict[Any, asyncio.Task] = {}
 
     # ------------------------------------------------------------------ views

@@ -64,6 +64,9 @@ class ChecklistRun:
     """Per node: the SSH outcome (:class:`tui.checks.base.SshOutcome`)."""
     seconds: float = 0.0
     """Wall time of the run."""
+    rendezvous_listener_until: Optional[float] = None
+    """Unix time (master's clock) until which the master's agent still holds the rendezvous port for the
+    firewall test; a launch right after the check should wait until then (plus clock skew)."""
 
     @property
     def ok(self) -> bool:
@@ -112,11 +115,21 @@ async def run_checklist_full(
         done += 1
         up = sum(1 for s in statuses.values() if s.up)
         report(f"agents: {up}/{len(statuses)} up ({time.monotonic() - started:.2f} s)", done, total)
+        unprobed = [name for name, s in statuses.items() if s.report is not None and s.report.software is None]
+        if unprobed:
+            # A freshly started agent has not run the training interpreter yet: wait for that probe
+            # (it imports torch, so seconds) rather than report the software checks as skipped.
+            report(f"agents: waiting for {', '.join(unprobed)} to probe the training interpreter", done, total)
+            await asyncio.gather(*(client.refresh(n) for n in unprobed))
+            fresh = await asyncio.gather(*(client.report(n) for n in unprobed))
+            statuses.update({s.node: s for s in fresh})
         outcomes = {}
         if logins is not None:
             outcomes = await logins
             done += 1
-            report(f"ssh: {sum(1 for o in outcomes.values() if o.ok)}/{len(outcomes)} logged in", done, total)
+            remote = [o for o in outcomes.values() if not o.skipped]
+            local = len(outcomes) - len(remote)
+            report(f"ssh: {sum(1 for o in remote if o.ok)}/{len(remote)} logged in" + (f", {local} local" if local else ""), done, total)
         ctx = CheckContext(config, statuses, client, ssh=outcomes, options=options)
 
         async def tracked(spec: CheckSpec) -> list[CheckResult]:
@@ -134,7 +147,8 @@ async def run_checklist_full(
     node_index = {n.name: i for i, n in enumerate(config.nodes)}
     rank = {cid: i for i, cid in enumerate(ORDER)}
     rows.sort(key=lambda r: (rank.get(r.id, len(ORDER)), node_index.get(r.node, -1) if r.node else -1))
-    return ChecklistRun(rows, statuses, outcomes, time.monotonic() - started)
+    return ChecklistRun(rows, statuses, outcomes, time.monotonic() - started,
+                        rendezvous_listener_until=ctx.notes.get("rendezvous_listener_until"))
 
 
 def run_checklist_sync(config: FtwizConfig, **kwargs: Any) -> list[CheckResult]:

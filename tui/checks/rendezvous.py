@@ -9,6 +9,7 @@ connects to it.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from tui.checks.base import CheckContext, CheckResult, check, result
 
@@ -43,23 +44,41 @@ async def rendezvous(ctx: CheckContext) -> list[CheckResult]:
     if not listen.ok:
         return [result("rendezvous.port_free", free_title, "fail" if listen.state.value == "up" else "skip", master.name,
                        f"listen probe failed: {listen.error}", listen.hint)]
+    ctx.notes["rendezvous_listener_until"] = listen.value.expires_at
     rows = [result("rendezvous.port_free", free_title, "pass", master.name, f"{master.name}'s agent is listening on {port} for {ttl:g} s")]
     if not others:
         return rows
 
     async def probe(node):
         if ctx.report(node) is None:
-            return ctx.down_skip("rendezvous.reachable", reach_title, node)
-        reply = await ctx.client.probe_connect(node, master.host, port, timeout)
-        if not reply.ok:
-            return result("rendezvous.reachable", reach_title, "skip", node.name, f"probe failed: {reply.error}", reply.hint)
-        if reply.value.reachable:
-            return result("rendezvous.reachable", reach_title, "pass", node.name,
-                          f"{node.name} → {master.host}:{port} connected in {reply.value.latency_ms or 0:.2f} ms")
-        return result("rendezvous.reachable", reach_title, "fail", node.name,
-                      f"{node.name} cannot connect to {master.host}:{port} ({reply.value.error}): the rendezvous would time out "
-                      "with RendezvousConnectionError",
-                      _open_hint(port, master.name))
+            return node, None
+        return node, await ctx.client.probe_connect(node, master.host, port, timeout)
 
-    rows.extend(await asyncio.gather(*(probe(n) for n in others)))
+    answers = await asyncio.gather(*(probe(n) for n in others))
+    # A busy node may dial after the short-lived test listener has closed: re-arm it once for those.
+    expired = [n for n, reply in answers if reply is not None and reply.ok and not reply.value.reachable
+               and time.time() >= listen.value.expires_at - 0.5]
+    if expired:
+        again = await ctx.client.probe_listen(master, port, ttl)
+        if again.ok:
+            ctx.notes["rendezvous_listener_until"] = again.value.expires_at
+            retried = dict(await asyncio.gather(*(probe(n) for n in expired)))
+            answers = [(n, retried.get(n, reply)) for n, reply in answers]
+    for node, reply in answers:
+        rows.append(_reach_row(ctx, node, reply, reach_title, port))
     return rows
+
+
+def _reach_row(ctx: CheckContext, node, reply, title: str, port: int) -> CheckResult:
+    master = ctx.master
+    if reply is None:
+        return ctx.down_skip("rendezvous.reachable", title, node)
+    if not reply.ok:
+        return result("rendezvous.reachable", title, "skip", node.name, f"probe failed: {reply.error}", reply.hint)
+    if reply.value.reachable:
+        return result("rendezvous.reachable", title, "pass", node.name,
+                      f"{node.name} → {master.host}:{port} connected in {reply.value.latency_ms or 0:.2f} ms")
+    return result("rendezvous.reachable", title, "fail", node.name,
+                  f"{node.name} cannot connect to {master.host}:{port} ({reply.value.error}): the rendezvous would time out "
+                  "with RendezvousConnectionError",
+                  _open_hint(port, master.name))

@@ -54,11 +54,23 @@ _COMPONENTS: list[tuple[str, Callable[[NodeReport], Optional[str]], str, Optiona
 def env_parity(ctx: CheckContext) -> list[CheckResult]:
     """Compare each component across the nodes that report it; name the odd node and both versions."""
     title = "software versions equal on every node"
-    reports = {n.name: ctx.reports[n.name] for n in ctx.config.nodes if n.name in ctx.reports}
+    rows: list[CheckResult] = []
+    reports = {}
+    for node in ctx.config.nodes:
+        report = ctx.report(node)
+        if report is None:
+            continue
+        if report.software is None or report.software.error:
+            why = report.software.error if report.software else "the agent has not probed the training interpreter yet"
+            rows.append(result("env.parity", title, "skip", node.name, f"left out of the comparison: {why}",
+                               "see the env.packages row for this node"))
+            continue
+        reports[node.name] = report
     if len(reports) < 2:
+        if rows:
+            return rows
         detail = "one node: nothing to compare" if ctx.single_node else "fewer than two nodes up: nothing to compare"
         return [result("env.parity", title, "skip" if not ctx.single_node else "pass", None, detail)]
-    rows: list[CheckResult] = []
     same: list[str] = []
     for label, read, severity, package in _COMPONENTS:
         values = {name: read(r) for name, r in reports.items()}
@@ -81,8 +93,8 @@ def env_parity(ctx: CheckContext) -> list[CheckResult]:
             hint = (_pip_hint(package, reference, python, name) if package
                     else f"install {label} {reference} on {name} (same as {holders})")
             rows.append(result("env.parity", title, severity, name, f"{label} {value} on {name} vs {reference} on {holders}", hint))
-    if not rows:
-        rows.append(result("env.parity", title, "pass", None, "; ".join(same) + f" on {len(reports)} nodes"))
+    if not any(r.status != "skip" for r in rows):
+        rows.append(result("env.parity", title, "pass", None, "; ".join(same) + f" equal on {', '.join(reports)}"))
     return rows
 
 
