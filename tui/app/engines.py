@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tui.app.app import FtwizApp
     from tui.app.cluster_state import ClusterState
 
-__all__ = ["JobPlan", "check_ids", "launch_inputs", "new_run", "plan_job", "run_checks"]
+__all__ = ["JobPlan", "check_ids", "interconnect", "launch_inputs", "new_run", "plan_job", "run_checks"]
 
 
 def check_ids(only: Optional[str] = None) -> list[str]:
@@ -60,7 +60,9 @@ class JobPlan:
     rows: list[FitRow] = field(default_factory=list)
     """One bar per GPU (or run of identical GPUs of a node) with the estimator's verdict."""
     note: str = ""
-    """Why there is no estimate, or what it assumed."""
+    """Why there is no estimate, or where the architecture came from and the parallel layout."""
+    notes: list[str] = field(default_factory=list)
+    """The estimator's assumptions worth knowing."""
     advice: list[Any] = field(default_factory=list)
     """Routing advice items, each with its reason."""
     advice_note: str = ""
@@ -86,50 +88,45 @@ def plan_job(config: FtwizConfig, cluster: "ClusterState") -> JobPlan:
     source = resolve_arch(config)
     if source.arch is None:
         return JobPlan(note=f"Unknown model: {source.source}. Use a local directory with config.json, or a catalog id.")
-    inventory = {}
+    inventory, reports = {}, {}
     for node in config.nodes:
         view = cluster.nodes.get(node.name)
         if view is not None and view.report is not None:
+            reports[node.name] = view.report
             inventory[node.name] = selected_gpus(node, view.report)
     dp = sum(max(1, len(gpus)) for gpus in inventory.values()) or len(config.nodes)
     try:
-        est = estimator.estimate(source.arch, job, dp_size=dp, sharding=job.sharding)
+        est = estimator.estimate(source.arch, job, dp_size=dp, sharding=None if job.sharding == "auto" else job.sharding)
     except Exception as exc:  # an estimator bug must not take the form down
         return JobPlan(note=f"estimator failed: {type(exc).__name__}: {exc}")
-    plan = JobPlan(items=_items(est), note=f"{source.source} · data-parallel size {dp}")
+    plan = JobPlan(items=_items(est), note=f"{source.source} · dp {dp} · {est.sharding} · peak at {est.phase}",
+                   notes=list(getattr(est, "notes", []) or []))
     for node_name, gpus in inventory.items():
         plan.rows.extend(_fit_rows(estimator, est, node_name, gpus))
-    plan.advice, plan.advice_note = _advice(config, inventory, est, dp)
+    plan.advice, plan.advice_note = _advice(config, inventory, source.arch, reports)
     return plan
 
 
 def _items(est: Any) -> list[tuple[str, int]]:
-    """``(label, bytes)`` per item of an estimate, whatever container the estimator uses."""
-    raw = next((getattr(est, name) for name in ("items", "breakdown", "parts") if getattr(est, name, None) is not None), [])
-    if isinstance(raw, dict):
-        raw = list(raw.items())
-    items = []
-    for entry in raw:
-        if isinstance(entry, tuple):
-            label, size = entry[0], entry[1]
-        else:
-            label = next((getattr(entry, n) for n in ("label", "name", "item") if getattr(entry, n, None)), str(entry))
-            size = next((getattr(entry, n) for n in ("bytes", "size_bytes", "value") if getattr(entry, n, None) is not None), 0)
-        items.append((str(label), int(size)))
-    return items
+    """``(short name, bytes)`` per item of the estimate at its peak phase, in the estimator's order."""
+    return [(item.name.replace("_", " "), int(item.bytes)) for item in est.items]
 
 
 def _fit_rows(estimator: Any, est: Any, node: str, gpus: list[Any]) -> list[FitRow]:
     """One row per GPU; consecutive GPUs with the same free memory and verdict share a row."""
     rows: list[FitRow] = []
+    verdicts: dict[int, Any] = {}  # GPUs with the same free memory get the same answer (and levers cost re-estimates)
     first = last = None
     for gpu in gpus:
         free = gpu.memory_free_bytes if gpu.memory_free_bytes is not None else gpu.memory_total_bytes
-        verdict, lever = ("unknown", "")
+        verdict, lever = "unknown", ""
         if free is not None:
-            answer = estimator.fit(est, free)
-            verdict = str(getattr(answer, "verdict", getattr(answer, "status", answer)))
-            lever = str(getattr(answer, "lever", "") or getattr(answer, "hint", "") or "")
+            answer = verdicts.get(free)
+            if answer is None:
+                answer = verdicts[free] = estimator.fit(est, free)
+            verdict = answer.status
+            if answer.lever is not None:
+                lever = f"{answer.lever.change}: saves {answer.lever.saves_bytes / 1024**3:.1f} GiB → {answer.lever.new_total_bytes / 1024**3:.1f} GiB"
         row = FitRow(f"{node} GPU{gpu.index}", free, gpu.memory_total_bytes, verdict, lever)
         previous = rows[-1] if rows else None
         if previous is not None and last is not None and gpu.index == last + 1 and _same(previous, row):
@@ -146,21 +143,37 @@ def _same(a: FitRow, b: FitRow) -> bool:
     return close and a.verdict == b.verdict and a.lever == b.lever
 
 
-def _advice(config: FtwizConfig, inventory: dict[str, list[Any]], est: Any, dp: int) -> tuple[list[Any], str]:
-    """Routing advice for the job (each item carries its reason)."""
+def _advice(config: FtwizConfig, inventory: dict[str, list[Any]], arch: Any, reports: dict[str, Any]) -> tuple[list[Any], str]:
+    """Routing advice for the job over the GPUs each node will use (each item carries its reason)."""
     try:
         from shared import routing
     except ImportError:
         return [], "The routing rules (shared/routing.py) are not in this build."
-    advise = getattr(routing, "advise", None) or getattr(routing, "advice", None)
-    if advise is None:
-        return [], "shared.routing has no advise()."
     try:
-        return list(advise(config=config, inventory=inventory, estimate=est, dp_size=dp)), ""
-    except TypeError:
-        return [], "shared.routing.advise() takes other arguments than the wizard passes (wiring pending)."
-    except Exception as exc:
+        return list(routing.advise(inventory, interconnect(config, reports), arch, config.job)), ""
+    except Exception as exc:  # a rules bug must not take the form down
         return [], f"routing failed: {type(exc).__name__}: {exc}"
+
+
+def interconnect(config: FtwizConfig, reports: dict[str, Any]) -> Any:
+    """The :class:`shared.routing.Interconnect` the launch would get, from the same interface and IB plans.
+
+    InfiniBand when the IB plan enables it; otherwise the slowest link speed among the interfaces the
+    interface plan picks for each node.
+    """
+    from shared import netplan
+    from shared.routing import Interconnect
+
+    if not reports:
+        return Interconnect()
+    infiniband = not netplan.ib_plan(config, reports).disable
+    speeds = []
+    plan = netplan.resolve_interfaces(config, reports)
+    for name, chosen in plan.nodes.items():
+        nic = next((n for n in reports[name].nics if n.name == chosen.ifname), None) if chosen.ifname else None
+        if nic is not None and nic.speed_mbps:
+            speeds.append(nic.speed_mbps / 1000)
+    return Interconnect(infiniband=infiniband, ethernet_gbps=min(speeds) if speeds and not infiniband else None)
 
 
 def launch_inputs(app: "FtwizApp", config: FtwizConfig) -> tuple[dict[str, Any], Optional[dict[str, dict[str, str]]], Optional[str]]:

@@ -154,8 +154,6 @@ def stacked_bar(parts: Iterable[tuple[float, str]], capacity: float, width: int,
         total += max(size, 0.0)
         end_cells = min(round(total / capacity * width), width)
         count = max(end_cells - cells_used, 0)
-        if size > 0 and count == 0 and cells_used < width and total <= capacity:
-            count = 1  # a small but present item stays visible
         text.append("█" * count, style=style)
         cells_used += count
         consumed = total

@@ -90,6 +90,7 @@ class JobScreen(StepScreen):
     def _show_plan(self, plan) -> None:
         palette = Palette.from_app(self.app)
         chart = self.query_one(FitChart)
-        width = max(chart.scrollable_content_region.width - 30, 10)
-        chart.show(plan.items, plan.rows, palette, note=plan.note, bar_width=width)
+        # label 13 + free 8 + verdict 9 + a scrollbar's 2: the bar gets the rest.
+        width = max(chart.scrollable_content_region.width - 32, 8)
+        chart.show(plan.items, plan.rows, palette, note=plan.note, notes=plan.notes, bar_width=width)
         self.query_one(AdvicePanel).show(plan.advice, palette, note=plan.advice_note)

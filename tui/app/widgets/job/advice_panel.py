@@ -21,7 +21,7 @@ class AdvicePanel(VerticalScroll):
         yield Static(id="advice-body")
 
     def show(self, advice: Sequence[Any], palette: Palette, *, note: str = "") -> None:
-        """Draw ``advice`` items (objects with ``text``/``title`` and ``reason``, or pairs)."""
+        """Draw ``advice`` items; ``warn`` ones (the job goes against the advice) stand out."""
         parts: list[Text] = []
         for item in advice:
             title, reason, level = _fields(item)
@@ -37,9 +37,8 @@ class AdvicePanel(VerticalScroll):
 
 
 def _fields(item: Any) -> tuple[str, str, str]:
+    """``(headline, reason, severity)`` of a :class:`shared.routing.Advice` (or a ``(text, reason)`` pair)."""
     if isinstance(item, tuple):
         return str(item[0]), str(item[1]) if len(item) > 1 else "", "info"
-    title = next((str(getattr(item, name)) for name in ("advice", "text", "title", "message", "summary") if getattr(item, name, None)), str(item))
-    reason = str(getattr(item, "reason", "") or "")
-    level = str(getattr(item, "level", getattr(item, "severity", "info")) or "info")
-    return title, reason, level
+    headline = f"{item.title}: {item.recommendation}" if getattr(item, "recommendation", "") else str(item.title)
+    return headline, str(item.reason or ""), str(item.severity or "info")

@@ -1,4 +1,7 @@
-"""The estimator's per-GPU peak, itemised, as stacked bars against each GPU's free memory."""
+"""The estimator's per-GPU peak, itemised, as stacked bars against each GPU's free memory.
+
+A bar's full width is that GPU's free memory; the coloured segments are the estimate's items.
+"""
 
 from __future__ import annotations
 
@@ -40,32 +43,27 @@ class FitChart(VerticalScroll):
     def compose(self):
         yield Static(id="fit-body")
 
-    def show(self, items: Sequence[tuple[str, int]], rows: Sequence[FitRow], palette: Palette, *, note: str = "", bar_width: int = 24) -> None:
-        """Draw the estimate ``items`` (label, bytes per GPU) against ``rows``."""
+    def show(self, items: Sequence[tuple[str, int]], rows: Sequence[FitRow], palette: Palette, *, note: str = "",
+             notes: Sequence[str] = (), bar_width: int = 24) -> None:
+        """Draw the estimate ``items`` (label, bytes per GPU) against ``rows``; the legend and notes follow."""
         body = self.query_one("#fit-body", Static)
         parts: list[Text] = []
         total = sum(size for _, size in items)
         if items:
-            head = Text(f"Per-GPU peak ≈ {fmt_bytes(total)}", style="bold")
-            parts.append(head)
-            legend = Text()
-            for index, (label, size) in enumerate(items):
-                legend.append("■ ", style=ITEM_STYLES[index % len(ITEM_STYLES)])
-                legend.append(f"{label} {size / GIB:.1f}  ")
-            parts.append(legend)
+            parts.append(Text(f"Per-GPU peak ≈ {fmt_bytes(total)}", style="bold"))
         if note:
             parts.append(Text(note, style=palette.muted))
         styled = [(float(size), ITEM_STYLES[i % len(ITEM_STYLES)]) for i, (_, size) in enumerate(items)]
         width = max(bar_width, 10)
         for row in rows:
             line = Text(no_wrap=True, overflow="ellipsis")
-            line.append(f"{row.label:<14.14} ")
+            line.append(f"{row.label:<12.12} ")
             if row.free_bytes is None:
                 line.append("free memory unknown".ljust(width), style=palette.muted)
             else:
                 line.append_text(stacked_bar(styled, float(row.free_bytes), width, empty_style=palette.muted))
-            free = "?" if row.free_bytes is None else f"{row.free_bytes / GIB:.1f}"
-            line.append(f" {free:>5} free ")
+            free = "?" if row.free_bytes is None else f"{row.free_bytes / GIB:.1f}G"
+            line.append(f" {free:>6} ")
             colour = {"fits": palette.ok, "tight": palette.warn}.get(row.verdict, palette.bad)
             line.append(row.verdict, style=f"bold {colour}")
             parts.append(line)
@@ -73,4 +71,13 @@ class FitChart(VerticalScroll):
                 parts.append(Text(f"  → {row.lever}", style=palette.muted))
         if not rows and items:
             parts.append(Text("No GPU reported yet: the bars appear when the agents answer.", style=palette.muted))
+        if items:
+            legend = Text()
+            for index, (label, size) in enumerate(items):
+                legend.append("■ ", style=ITEM_STYLES[index % len(ITEM_STYLES)])
+                legend.append(f"{label} {size / GIB:.2f}  ")
+            legend.append("(GiB)", style=palette.muted)
+            parts.append(legend)
+        for text in notes:
+            parts.append(Text(f"· {text}", style=palette.muted))
         body.update(Group(*parts) if parts else Text("Waiting for the estimate…", style=palette.muted))
