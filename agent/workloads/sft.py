@@ -240,7 +240,7 @@ def _load_model(spec: Spec, plan: Plan, ranks: Ranks):
 
 
 def _load_failure(what: str, plan: Plan, exc: Exception) -> str:
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    reason = (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__).rstrip(".")
     if plan.model_is_local:
         return f"cannot load the {what} from {plan.model}: {reason}"
     return (f"cannot load the {what} {plan.model!r}: it is not a local directory and the Hugging Face Hub gave: {reason}. "

@@ -94,6 +94,14 @@ def test_missing_model_dir(rundir, tiny_dataset, tmp_path):
     _assert_clean_failure(result, f"model directory {tmp_path / 'no-such-model'} not found")
 
 
+def test_unreachable_hub_model_id(rundir, tiny_dataset, tmp_path):
+    """An HF id goes through the real from_pretrained; offline (HF_HUB_OFFLINE=1 in these tests) it must fail cleanly."""
+    spec = _lora_spec(tmp_path, "someorg/some-model", tiny_dataset)
+    result = run([sys.executable, "-m", PACKAGE, "--spec", str(spec)], rundir, timeout=120)
+    _assert_clean_failure(result, "cannot load the tokenizer 'someorg/some-model': it is not a local directory")
+    assert "huggingface-cli download" in result.stderr
+
+
 def test_qlora_on_cpu_is_refused(rundir, tiny_model, tiny_dataset, tmp_path):
     spec = _lora_spec(tmp_path, tiny_model, tiny_dataset, method="qlora")
     result = run(torchrun_argv(spec, nproc=2, wrapper=True), rundir, timeout=120)
