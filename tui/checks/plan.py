@@ -1,12 +1,9 @@
-"""Planning advice: batch divisibility and heterogeneous GPUs, from :mod:`shared.routing` when present.
-
-The routing module encodes the seed tables; each piece of its advice carries its reason, which becomes
-the row's detail. Without it, the two essential rules are applied here.
-"""
+"""Planning advice from :mod:`shared.routing`: batch divisibility, heterogeneous GPUs, and any advice
+that goes against the current job. Each row's detail carries the advice's reason (and seed table)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from tui.checks.base import CheckContext, CheckResult, check, result
 from tui.checks.gpus import selected_gpus
@@ -18,55 +15,99 @@ def _gpu_inventory(ctx: CheckContext) -> dict[str, list[Any]]:
     return {n.name: selected_gpus(n, r) for n in ctx.config.nodes if (r := ctx.report(n)) is not None}
 
 
-def _world(inventory: dict[str, list[Any]], ctx: CheckContext) -> int:
-    return sum(max(1, len(g)) for g in inventory.values()) or len(ctx.config.nodes)
+def _interconnect(ctx: CheckContext) -> Any:
+    """Summarise the links for routing: IB when NCCL will use it, else the slowest link speed."""
+    from shared import netplan, routing
+
+    ib = netplan.ib_plan(ctx.config, ctx.reports)
+    plan = netplan.resolve_interfaces(ctx.config, ctx.reports)
+    speeds = []
+    for name, chosen in plan.nodes.items():
+        report = ctx.reports.get(name)
+        nic = next((n for n in report.nics if n.name == chosen.ifname), None) if report else None
+        if nic is not None and nic.speed_mbps:
+            speeds.append(nic.speed_mbps / 1000.0)
+    return routing.Interconnect(infiniband=not ib.disable, ethernet_gbps=min(speeds) if speeds else None)
+
+
+def _advice(ctx: CheckContext) -> Optional[list[Any]]:
+    """Routing advice for the job on the GPUs the agents reported; None without GPUs or a known model."""
+    key = "routing-advice"
+    if key in ctx.notes:
+        return ctx.notes[key]
+    from shared import routing
+    from tui.checks.resources import resolve_arch
+
+    inventory = _gpu_inventory(ctx)
+    advice = None
+    if any(inventory.values()) and ctx.config.job.workload == "sft":
+        arch = resolve_arch(ctx.config).arch
+        if arch is not None:
+            advice = routing.advise(inventory, _interconnect(ctx), arch, ctx.config.job)
+    ctx.notes[key] = advice
+    return advice
+
+
+def _row(check_id: str, title: str, item: Any) -> CheckResult:
+    if item.severity == "warn":
+        return result(check_id, title, "warn", None, f"{item.title}: {item.reason}", item.recommendation)
+    return result(check_id, title, "pass", None, f"{item.title}: {item.recommendation} ({item.reason})")
 
 
 @check("plan.batch", "global batch divisible by the data-parallel size")
 def batch(ctx: CheckContext) -> list[CheckResult]:
-    """Global batch = micro batch × accumulation × data-parallel ranks; advice when uneven or tiny."""
+    """Global batch = micro batch × accumulation × data-parallel ranks (routing's guardrail)."""
     title = "global batch divisible by the data-parallel size"
     job = ctx.config.job
     if job.workload != "sft":
         return [result("plan.batch", title, "skip", None, f"workload {job.workload} has no batch")]
+    advice = _advice(ctx)
+    item = next((a for a in advice or [] if a.id == "global_batch"), None)
+    if item is not None:
+        return [_row("plan.batch", title, item)]
     inventory = _gpu_inventory(ctx)
-    dp = _world(inventory, ctx)
-    advice = _routing_advice(ctx, inventory, topic="batch")
-    if advice is not None:
-        return advice
-    global_batch = job.micro_batch_size * job.grad_accum_steps * dp
+    ranks = sum(max(1, len(g)) for g in inventory.values()) or len(ctx.config.nodes)
     return [result("plan.batch", title, "pass", None,
-                   f"global batch {global_batch} = micro {job.micro_batch_size} × accum {job.grad_accum_steps} × {dp} rank(s): "
-                   "every rank gets the same share")]
+                   f"global batch {job.micro_batch_size * job.grad_accum_steps * ranks} = micro {job.micro_batch_size} × "
+                   f"accum {job.grad_accum_steps} × {ranks} rank(s): divisible by construction")]
 
 
 @check("plan.hetero", "GPUs alike across ranks")
 def hetero(ctx: CheckContext) -> list[CheckResult]:
-    """Different GPU models or memory sizes: DDP runs at the slowest GPU's pace."""
+    """Different GPU models or memory sizes: DDP runs at the slowest GPU's pace, with the expected speedup."""
     title = "GPUs alike across ranks"
     inventory = _gpu_inventory(ctx)
     gpus = [g for gs in inventory.values() for g in gs]
     if not gpus:
         return [result("plan.hetero", title, "skip", None, "no GPU reported: CPU ranks with gloo")]
-    advice = _routing_advice(ctx, inventory, topic="hetero")
-    if advice is not None:
-        return advice
-    kinds = {(g.name or "GPU", round((g.memory_total_bytes or 0) / GIB)) for g in gpus}
-    if len(kinds) == 1:
-        name, mem = next(iter(kinds))
-        return [result("plan.hetero", title, "pass", None, f"{len(gpus)}× {name} {mem} GiB")]
-    per_node = "; ".join(f"{n}: {', '.join(sorted({g.name or 'GPU' for g in gs})) or 'none'}" for n, gs in inventory.items())
-    return [result("plan.hetero", title, "warn", None,
-                   f"mixed GPUs ({per_node}): DDP steps at the pace of the slowest GPU and the memory of the smallest",
-                   "use only the matching GPUs (gpus = [...] per node), or accept the slowest GPU's speed")]
+    item = next((a for a in _advice(ctx) or [] if a.id == "heterogeneous"), None)
+    if item is not None:
+        return [_row("plan.hetero", title, item)]
+    names = [g.name or "GPU" for g in gpus]
+    memories = {g.memory_total_bytes for g in gpus if g.memory_total_bytes}
+    if len(set(names)) > 1 or len(memories) > 1:
+        from shared import routing
+
+        speed = routing.heterogeneous_speedup(names)
+        expected = f"expected ≈ {speed[0]:.2f}× the fastest GPU alone, not {len(gpus)}×" if speed else "relative speeds unknown"
+        return [result("plan.hetero", title, "warn", None,
+                       f"mixed GPUs ({', '.join(sorted(set(names)))}): DDP runs at the slowest GPU's pace; {expected}",
+                       "keep micro_batch_size sized for the smallest GPU; drop GPUs far slower than the rest if time matters")]
+    kinds = sorted({f"{g.name or 'GPU'} {round((g.memory_total_bytes or 0) / GIB)} GiB" for g in gpus})
+    return [result("plan.hetero", title, "pass", None, f"{len(gpus)}× {kinds[0]}")]
 
 
-def _routing_advice(ctx: CheckContext, inventory: dict[str, list[Any]], *, topic: str) -> Any:
-    """Rows from shared.routing for ``topic`` (None when routing is absent or has nothing to say)."""
-    try:
-        from shared import routing  # noqa: F401
-    except ImportError:
-        return None
-    from tui.checks import plan_routing
-
-    return plan_routing.rows(ctx, inventory, topic=topic)
+@check("plan.advice", "routing advice for this job")
+def other_advice(ctx: CheckContext) -> list[CheckResult]:
+    """Method, sharding, topology and network advice that goes against the current job (warn with reason)."""
+    title = "routing advice for this job"
+    if ctx.config.job.workload != "sft":
+        return [result("plan.advice", title, "skip", None, f"workload {ctx.config.job.workload}: nothing to route")]
+    advice = _advice(ctx)
+    if advice is None:
+        return [result("plan.advice", title, "skip", None, "needs GPUs and a known model architecture")]
+    shown = [a for a in advice if a.id not in ("global_batch", "heterogeneous")]
+    warns = [a for a in shown if a.severity == "warn"]
+    if warns:
+        return [_row("plan.advice", title, a) for a in warns]
+    return [result("plan.advice", title, "pass", None, "; ".join(f"{a.title}" for a in shown))]

@@ -141,26 +141,19 @@ def _world_size(ctx: CheckContext) -> int:
 
 @check("mem.fit", "memory fit per GPU")
 def memory_fit(ctx: CheckContext) -> list[CheckResult]:
-    """Per node: the estimator's per-GPU peak against each GPU's free memory."""
+    """Per node: the estimator's per-GPU peak against each GPU's free memory (fits / tight / won't fit)."""
+    from shared import estimator
+
     title = "memory fit per GPU"
     job = ctx.config.job
     if job.workload != "sft":
         return [result("mem.fit", title, "skip", None, f"workload {job.workload}: no model to fit")]
-    try:
-        from shared import estimator
-    except ImportError:
-        return [result("mem.fit", title, "skip", None, "the memory estimator is not installed in this build")]
     source = resolve_arch(ctx.config)
     if source.arch is None:
         return [result("mem.fit", title, "skip", None, f"unknown model: {source.source}",
                        "point [job] model at a local directory with config.json, or use a catalog model id (e.g. meta-llama/Llama-2-7b-hf)")]
     dp = _world_size(ctx)
-    sharding = job.sharding
-    try:
-        est = estimator.estimate(source.arch, job, dp_size=dp, sharding=sharding)
-    except Exception as exc:  # noqa: BLE001 - an estimator bug is a skip row, not a crashed checklist
-        return [result("mem.fit", title, "skip", None, f"estimator failed: {type(exc).__name__}: {exc}")]
-    peak = _peak_bytes(est)
+    est = estimator.estimate(source.arch, job, dp_size=dp)
     rows = []
     for node in ctx.config.nodes:
         report = ctx.report(node)
@@ -172,37 +165,35 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
             ram = report.host.memory_available_bytes
             ram_text = f"; host RAM available {ram / GIB:.1f} GiB" if ram else ""
             rows.append(result("mem.fit", title, "skip", node.name,
-                               f"no GPU (estimate {peak / GIB:.1f} GiB per GPU{ram_text}; {source.source})" if peak else f"no GPU ({source.source})"))
+                               f"no GPU: estimate {est.total_bytes / GIB:.1f} GiB per GPU{ram_text} ({source.source})"))
             continue
-        rows.append(_fit_row(estimator, est, peak, node, gpus, source.source, dp))
+        rows.append(_fit_row(estimator, est, node, gpus, source.source))
     return rows
 
 
-def _peak_bytes(est: Any) -> Optional[int]:
-    for name in ("peak_bytes", "total_bytes", "per_gpu_bytes", "total"):
-        value = getattr(est, name, None)
-        if isinstance(value, (int, float)):
-            return int(value)
-    return None
+_STATUS = {"fits": "pass", "tight": "warn", "won't fit": "fail"}
 
 
-def _fit_row(estimator: Any, est: Any, peak: Optional[int], node: NodeConfig, gpus: list, source: str, dp: int) -> CheckResult:
+def _fit_row(estimator, est, node: NodeConfig, gpus: list, source: str) -> CheckResult:
+    """One row per node: the worst GPU decides; the detail lists every GPU."""
     title = "memory fit per GPU"
-    worst_status, parts, lever = "pass", [], ""
     order = {"pass": 0, "warn": 1, "fail": 2}
+    worst, worst_verdict, parts = "pass", None, []
     for gpu in gpus:
         free = gpu.memory_free_bytes if gpu.memory_free_bytes is not None else gpu.memory_total_bytes
         if free is None:
             parts.append(f"GPU{gpu.index}: free memory unknown")
             continue
         verdict = estimator.fit(est, free)
-        label = str(getattr(verdict, "verdict", getattr(verdict, "status", verdict)))
-        status = "pass" if label in ("fits", "fit", "pass") else ("warn" if label in ("tight", "warn") else "fail")
-        parts.append(f"GPU{gpu.index}: {label} ({(peak or 0) / GIB:.1f} of {free / GIB:.1f} GiB free)")
-        if order[status] > order[worst_status]:
-            worst_status = status
-            lever = str(getattr(verdict, "lever", "") or getattr(verdict, "hint", "") or "")
-    hint = lever if worst_status != "pass" else ""
-    if worst_status != "pass" and not hint:
-        hint = "use QLoRA, enable gradient_checkpointing, shorten seq_len, or shard with sharding = \"fsdp\""
-    return result("mem.fit", title, worst_status, node.name, f"{'; '.join(parts)} — dp={dp}, {source}", hint)
+        status = _STATUS[verdict.status]
+        parts.append(f"GPU{gpu.index} {verdict.status}")
+        if worst_verdict is None or order[status] > order[worst]:
+            worst, worst_verdict = status, verdict
+    summary = f"{', '.join(parts)} — {worst_verdict.reason if worst_verdict else ''}"
+    detail = f"{summary} (peak {est.total_bytes / GIB:.1f} GiB per GPU, {est.sharding}, dp={est.dp_size}; {source})"
+    hint = ""
+    if worst != "pass" and worst_verdict is not None:
+        lever = worst_verdict.lever
+        hint = (f"set {lever.change} in [job] (saves {lever.saves_bytes / GIB:.1f} GiB: {lever.reason})" if lever
+                else "use GPUs with more memory, or more GPUs with sharding = \"fsdp\"")
+    return result("mem.fit", title, worst, node.name, detail, hint)

@@ -1,2 +1,0 @@
-def rows(ctx, inventory, *, topic):
-    return None
