@@ -12,7 +12,7 @@ from shared.models import (
     ListenProbeResult,
 )
 
-from ..dependencies import get_state
+from ..dependencies import get_state, no_coercion
 from ..probes import bandwidth, tcp
 from ..state import AgentState
 from . import TOO_LARGE
@@ -20,7 +20,7 @@ from . import TOO_LARGE
 router = APIRouter(prefix="/v1/probe", tags=["probes"], responses=TOO_LARGE)
 
 
-@router.post("/connect", response_model=ConnectProbeResult, summary="TCP connect from this node")
+@router.post("/connect", response_model=ConnectProbeResult, summary="TCP connect from this node", dependencies=[Depends(no_coercion(ConnectProbeRequest))])
 async def connect(body: ConnectProbeRequest, state: AgentState = Depends(get_state)) -> ConnectProbeResult:
     """Whether ``host:port`` accepts a TCP connection from here, and how fast."""
     return await tcp.connect(body.host, body.port, body.timeout_s, allow=state.settings.probe_allow)
@@ -30,6 +30,7 @@ async def connect(body: ConnectProbeRequest, state: AgentState = Depends(get_sta
     "/listen",
     response_model=ListenProbeResult,
     summary="Hold a temporary TCP listener",
+    dependencies=[Depends(no_coercion(ListenProbeRequest))],
     responses={
         409: {"model": ErrorBody, "description": "The port is taken or cannot be bound."},
         429: {"model": ErrorBody, "description": "Too many listeners held already."},
@@ -47,6 +48,7 @@ async def listen(body: ListenProbeRequest, state: AgentState = Depends(get_state
     "/bandwidth",
     response_model=BandwidthProbeResult,
     summary="Stream to a peer agent's sink and measure throughput",
+    dependencies=[Depends(no_coercion(BandwidthProbeRequest))],
     responses={429: {"model": ErrorBody, "description": "A bandwidth test is already running on this agent."}},
 )
 async def bandwidth_probe(body: BandwidthProbeRequest, state: AgentState = Depends(get_state)) -> BandwidthProbeResult:

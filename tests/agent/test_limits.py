@@ -23,6 +23,9 @@ from .conftest import AgentProcess
         ("/v1/probe/connect", {"host": "", "port": 80}, "host"),
         ("/v1/probe/connect", {"host": "127.0.0.1", "port": 80, "surprise": 1}, "surprise"),
         ("/v1/probe/listen", {"port": 29500, "ttl_s": 121}, "ttl_s"),
+        ("/v1/probe/listen", {"port": 29500, "ttl_s": True}, "ttl_s"),
+        ("/v1/probe/listen", {"port": "29500"}, "port"),
+        ("/v1/probe/connect", {"host": "127.0.0.1", "port": True}, "port"),
         ("/v1/probe/listen", {"port": -1}, "port"),
         ("/v1/probe/bandwidth", {"peer_url": "ftp://node2:8462"}, "peer_url"),
         ("/v1/probe/bandwidth", {"peer_url": "http://node2:8462", "seconds": 10.5}, "seconds"),
@@ -81,3 +84,9 @@ def test_big_body_is_refused_before_auth_reads_it(agent: AgentProcess) -> None:
 def test_unknown_route_and_method(client: httpx.Client) -> None:
     assert client.get("/v1/nothing-here").status_code == 404
     assert client.delete("/v1/report").status_code == 405
+
+
+def test_non_utf8_body_is_422_not_400(client: httpx.Client) -> None:
+    response = client.post("/v1/probe/listen", content=b"\x80\x81:\xc3", headers={"Content-Type": "application/json"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"][0] == "body"
