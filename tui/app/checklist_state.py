@@ -36,6 +36,8 @@ class ChecklistState:
         """A run is going."""
         self.error: Optional[str] = None
         """Why the engine could not run at all."""
+        self.runs = 0
+        """Runs finished (full or one check), for anyone waiting on the next one."""
         self.override = False
         """The user allowed a launch despite failed checks (reset by every full run)."""
         self.config_dump: Optional[str] = None
@@ -122,6 +124,7 @@ class ChecklistState:
             return
         finally:
             self.in_progress, self.running = False, []
+            self.runs += 1
         results = checked.results
         self.statuses = dict(checked.statuses) or self.statuses
         self.listener_until = getattr(checked, "rendezvous_listener_until", None) or self.listener_until

@@ -16,16 +16,23 @@ if TYPE_CHECKING:
     from tui.app.app import FtwizApp
     from tui.app.cluster_state import ClusterState
 
-__all__ = ["JobPlan", "check_ids", "interconnect", "launch_inputs", "new_run", "plan_job", "run_checks"]
+__all__ = ["JobPlan", "check_ids", "check_title", "interconnect", "launch_inputs", "new_run", "plan_job", "run_checks"]
 
 
 def check_ids(only: Optional[str] = None) -> list[str]:
-    """Registered check ids in display order (those starting with ``only`` when given)."""
+    """Registered check ids in display order (those the engine's ``only=[only]`` would run)."""
     from tui.checks import CHECKS, ORDER
 
-    ids = [spec.id for spec in CHECKS if not only or spec.id.startswith(only)]
+    ids = [spec.id for spec in CHECKS if not only or spec.id.startswith(only) or only.startswith(spec.id)]
     rank = {cid: i for i, cid in enumerate(ORDER)}
     return sorted(ids, key=lambda cid: rank.get(cid, len(ORDER)))
+
+
+def check_title(check_id: str) -> str:
+    """The registered title of ``check_id`` (the id itself when unknown)."""
+    from tui.checks import CHECKS
+
+    return next((spec.title for spec in CHECKS if spec.id == check_id), check_id)
 
 
 async def run_checks(

@@ -27,7 +27,7 @@ class ChecklistScreen(StepScreen):
     AUTO_FOCUS = "#check-table"
     BINDINGS = [
         Binding("r", "run_all", "Run all"),
-        Binding("enter,space", "run_selected", "Re-run check"),
+        Binding("space", "run_selected", "Re-run check"),
         Binding("o", "override", "Override fails"),
         Binding("l", "launch", "Launch ›"),
     ]
@@ -69,6 +69,10 @@ class ChecklistScreen(StepScreen):
     @on(DataTable.RowHighlighted, "#check-table")
     def _highlighted(self) -> None:
         self._show_detail()
+
+    @on(DataTable.RowSelected, "#check-table")
+    def _selected(self) -> None:
+        self.action_run_selected()  # Enter on a row re-runs that check, like Space
 
     # ------------------------------------------------------------------ actions
 

@@ -37,6 +37,9 @@ class LaunchScreen(StepScreen):
         Binding("slash", "focus_filter", "Filter ranks"),
     ]
 
+    _blocked = ""
+    """Why the last launch attempt was refused (shown in the title line until the next attempt)."""
+
     def compose(self) -> ComposeResult:
         yield StepBar(self.STEP)
         with Horizontal(id="launch-head"):
@@ -89,6 +92,9 @@ class LaunchScreen(StepScreen):
         session = self.wizard.launch
         job = self.wizard.config.job
         text = Text(no_wrap=True, overflow="ellipsis")
+        if self._blocked and not session.active:
+            text.append(self._blocked, style=f"bold {palette.bad}")
+            return text
         if session.error:
             text.append(session.error, style=f"bold {palette.bad}")
             return text
@@ -166,6 +172,8 @@ class LaunchScreen(StepScreen):
             self.notify("A run is going: stop it first (s).", severity="warning")
             return
         blocked = self.wizard.checks.launch_blocker(self.wizard.config)
+        self._blocked = f"Launch blocked: {blocked}" if blocked else ""
+        self.redraw()
         if blocked:
             self.notify(blocked, title="Launch blocked", severity="error", timeout=10)
             return

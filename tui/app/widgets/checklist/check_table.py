@@ -56,10 +56,13 @@ class CheckTable(DataTable):
             self._results[key] = result
             self._keys.append(key)
             self.add_row(*self._cells(result, palette), key=key)
+        from tui.app.engines import check_title
+
         for check_id in running:
             key = f"{check_id}@running"
             self._keys.append(key)
-            self.add_row(Text(STATUS_GLYPH["running"], style=palette.muted), Text(check_id, style=palette.muted), Text(""), Text("running…", style=palette.muted), key=key)
+            self.add_row(Text(STATUS_GLYPH["running"], style=palette.muted), Text(check_title(check_id), style=palette.muted, no_wrap=True, overflow="ellipsis"),
+                         Text(""), Text(f"running… [{check_id}]", style=palette.muted), key=key)
         if selected in self._keys:
             self.move_cursor(row=self._keys.index(selected), animate=False)
 
