@@ -14,6 +14,7 @@ training with the file, the line number, what is wrong and what a good record lo
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -92,10 +93,9 @@ def render(record: dict[str, Any], chat: Optional[Callable[[list[dict[str, str]]
 
 def tokenize_records(records: list[tuple[int, dict[str, Any]]], tokenizer, seq_len: int) -> list[list[int]]:
     """Token ids per record: rendered, truncated to ``seq_len``, ending in EOS when it fits."""
-    chat = None
+    chat: Optional[Callable[[list[dict[str, str]]], str]] = None
     if getattr(tokenizer, "chat_template", None):
-        def chat(messages: list[dict[str, str]]) -> str:
-            return tokenizer.apply_chat_template(messages, tokenize=False)
+        chat = partial(tokenizer.apply_chat_template, tokenize=False)
     eos = tokenizer.eos_token_id
     examples = []
     for number, record in records:

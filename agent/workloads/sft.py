@@ -106,7 +106,7 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
     import torch
     import transformers
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from .callbacks import ProtocolCallback
@@ -127,7 +127,31 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         print(f"ftwiz: {spec['method']} on {plan.model}: {trainable:,} of {total:,} parameters trainable, "
               f"{len(examples)} examples, compute {str(compute).replace('torch.', '')}, optimizer {plan.optim}", flush=True)
     resume_from = _resume_checkpoint(spec, plan.output_dir, ranks)
-    args = TrainingArguments(
+    args = _training_arguments(spec, plan)
+    callback = ProtocolCallback(ranks, plan.output_dir)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=TokenDataset(examples),
+        data_collator=PaddingCollator(tokenizer.pad_token_id),
+        callbacks=[callback],
+    )
+    trainer.remove_callback(PrinterCallback)  # our ProtocolCallback replaces HF's prints and tqdm
+    trainer.remove_callback(ProgressCallback)
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    final = _save_final(trainer, tokenizer, plan.output_dir, spec.run_id)
+    emit("done", rank=ranks.rank, status="ok", **({"adapter_path": str(final), "step": trainer.state.global_step} if ranks.is_main else {}))
+    if ranks.is_main:
+        what = "adapter" if spec["method"] != "full" else "model"
+        print(f"ftwiz: trained to step {trainer.state.global_step}; {what} written to {final}", flush=True)
+    return 0
+
+
+def _training_arguments(spec: Spec, plan: Plan):
+    """HF TrainingArguments from the job: DDP, our callback instead of HF's printing, no trackers."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
         output_dir=str(plan.output_dir),
         per_device_train_batch_size=int(spec["micro_batch_size"]),
         gradient_accumulation_steps=int(spec["grad_accum_steps"]),
@@ -155,23 +179,6 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         log_level="error",
         log_level_replica="error",
     )
-    callback = ProtocolCallback(ranks, plan.output_dir)
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=TokenDataset(examples),
-        data_collator=PaddingCollator(tokenizer.pad_token_id),
-        callbacks=[callback],
-    )
-    trainer.remove_callback(PrinterCallback)  # our ProtocolCallback replaces HF's prints and tqdm
-    trainer.remove_callback(ProgressCallback)
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    final = _save_final(trainer, tokenizer, plan.output_dir, spec.run_id)
-    emit("done", rank=ranks.rank, status="ok", **({"adapter_path": str(final), "step": trainer.state.global_step} if ranks.is_main else {}))
-    if ranks.is_main:
-        what = "adapter" if spec["method"] != "full" else "model"
-        print(f"ftwiz: trained to step {trainer.state.global_step}; {what} written to {final}", flush=True)
-    return 0
 
 
 def _checkpointing_args(arguments_class, enabled: bool) -> dict[str, Any]:
@@ -196,6 +203,7 @@ def _load_tokenizer(plan: Plan):
 
 def _load_model(spec: Spec, plan: Plan, ranks: Ranks):
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM
 
     method = spec["method"]
@@ -213,6 +221,8 @@ def _load_model(spec: Spec, plan: Plan, ranks: Ranks):
         kwargs["dtype"] = torch.bfloat16 if plan.bf16 else torch.float16  # frozen base in half precision; adapters stay fp32
     else:
         kwargs["dtype"] = torch.float32  # full fine-tune: fp32 master weights, autocast does the rest
+    if _version(transformers.__version__) < (4, 56):
+        kwargs["torch_dtype"] = kwargs.pop("dtype")  # renamed to dtype in transformers 4.56
     try:
         model = AutoModelForCausalLM.from_pretrained(plan.model, **kwargs)
     except (OSError, ValueError) as exc:
@@ -237,6 +247,10 @@ def _load_model(spec: Spec, plan: Plan, ranks: Ranks):
         names = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)})
         raise WorkloadError(f"target_modules {spec['target_modules']} do not match this model ({exc}); "
                             f"its linear layers are: {', '.join(names)}") from None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
 def _load_failure(what: str, plan: Plan, exc: Exception) -> str:

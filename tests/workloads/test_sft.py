@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -73,7 +72,7 @@ def _assert_clean_failure(result: Result, message: str) -> None:
     assert result.returncode == 2, result.output
     errors = result.kind("error")
     assert errors and all(message in e["message"] for e in errors), result.output
-    assert f"ftwiz: error (rank 0): " in result.stderr and message in result.stderr
+    assert "ftwiz: error (rank 0): " in result.stderr and message in result.stderr
     assert "Traceback" not in result.output, result.output
 
 
