@@ -71,13 +71,13 @@ def _local_test(node: NodeConfig, paths: list[str], hf_ids: list[str]) -> tuple[
 
 def _probe_node(node: NodeConfig, config: FtwizConfig, timeout: float) -> SshOutcome:
     """Log in to ``node`` and test the job's paths (runs in a worker thread)."""
-    from tui import ssh  # paramiko import stays off the --help path
-
     paths = needed_paths(config)
     hf_ids = [p for p in paths[1:] if HF_ID.match(p)]
     if node.local:
         found, cached = _local_test(node, paths, hf_ids)
         return SshOutcome(node.name, ok=True, skipped="local node: no SSH needed", paths=found, hf_cache=cached)
+    from tui import ssh  # paramiko (and cryptography) load only when a node needs SSH
+
     started = time.monotonic()
     try:
         client = ssh.connect(node, config.cluster, timeout=timeout)

@@ -1,0 +1,218 @@
+"""Checklist benchmarks: polling N real agents, ``ftwiz --help`` start-up, ``ftwiz --check`` on one node.
+
+- **poll N agents** (N = 1, 8, 64): N real ``ftwiz-agent`` processes on 127.0.0.1, each on its own
+  port, sampling every 5 s (so 64 agents leave the 2 cores free for the measurement) and probing
+  ``/usr/bin/python3`` as training interpreter (no torch import per agent). One
+  :class:`tui.client.AgentClient` polls the first N concurrently; after one warm-up poll (keep-alive
+  connections open, as in the TUI's steady state) the median of several polls is reported, and the
+  ratio to N = 1. The cold first poll of all 64 (connection set-up included) is reported too.
+- **ftwiz --help**: median wall time of ``python -m tui.cli --help`` in a fresh process; the baseline
+  is ``python -c pass`` (interpreter start alone).
+- **ftwiz --check**: median wall time of ``python -m tui.cli --check`` against a one-node cluster on
+  loopback whose agent is already running and has probed the real training interpreter.
+
+Targets (issue 3, section 8): 64 agents ≤ 0.5 s with ratio ≤ 3; --help ≤ 0.3 s; --check ≤ 2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LIGHT_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in sockets:
+            s.close()
+    return ports
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _start_agents(tmp: Path, n: int, *, python: str, interval: float) -> tuple[list[subprocess.Popen], list[int], Path]:
+    token = tmp / "agent.token"
+    if not token.exists():
+        subprocess.run([sys.executable, "-m", "agent", "token", str(token)], cwd=ROOT, env=_env(), check=True, capture_output=True)
+    ports = _free_ports(n)
+    procs = []
+    for i, port in enumerate(ports):
+        log = open(tmp / f"agent{port}.log", "wb")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "agent", "--host", "127.0.0.1", "--port", str(port), "--token-file", str(token),
+             "--node-name", f"a{i}", "--python", python, "--interval", str(interval), "--disk-path", str(tmp),
+             "--log-level", "warning"],
+            cwd=ROOT, env=_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        log.close()
+    return procs, ports, token
+
+
+def _wait_ready(ports: list[int], token: Path, procs: list[subprocess.Popen], timeout: float, need_software: bool) -> None:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token.read_text().strip()}"}
+    pending = set(ports)
+    deadline = time.monotonic() + timeout
+    with httpx.Client(trust_env=False, timeout=2.0, headers=headers) as client:
+        while pending:
+            for port in list(pending):
+                try:
+                    body = client.get(f"http://127.0.0.1:{port}/v1/report").json()
+                except (httpx.HTTPError, ValueError):
+                    continue
+                if not need_software or body.get("software"):
+                    pending.discard(port)
+            dead = [p for p in procs if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"{len(dead)} agent(s) exited during start-up")
+            if pending and time.monotonic() > deadline:
+                raise RuntimeError(f"{len(pending)} agent(s) not ready after {timeout:.0f} s")
+            time.sleep(0.2)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def _config(ports: list[int], token: Path, **node_extra: Any):
+    from shared.config import ClusterConfig, FtwizConfig, JobConfig, NodeConfig
+
+    nodes = [NodeConfig(name=f"a{i}", host="127.0.0.1", agent_port=port, **node_extra) for i, port in enumerate(ports)]
+    # A free rendezvous port: other work on this machine may hold 29500.
+    cluster = ClusterConfig(name="bench", agent_token_file=str(token), rendezvous_port=_free_ports(1)[0])
+    return FtwizConfig(cluster=cluster, nodes=nodes,
+                       job=JobConfig(workload="allreduce"))
+
+
+async def _time_polls(config, repeats: int) -> tuple[float, list[float], int]:
+    from tui.client import AgentClient
+
+    async with AgentClient(config) as client:
+        start = time.perf_counter()
+        first = await client.poll()
+        cold = time.perf_counter() - start
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            statuses = await client.poll()
+            times.append(time.perf_counter() - start)
+        up = sum(1 for s in statuses.values() if s.up) if repeats else sum(1 for s in first.values() if s.up)
+    return cold, times, up
+
+
+def _poll_rows(quick: bool) -> list[dict]:
+    sizes = [1, 8, 64]
+    repeats = 5 if quick else 15
+    rows: list[dict] = []
+    tmp = Path(tempfile.mkdtemp(prefix="ftwiz-check-bench-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        procs, ports, token = _start_agents(tmp, max(sizes), python=LIGHT_PYTHON, interval=5.0)
+        started = time.monotonic()
+        _wait_ready(ports, token, procs, timeout=300, need_software=False)
+        print(f"   {len(ports)} agents ready in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+        base = None
+        for n in sizes:
+            cold, times, up = asyncio.run(_time_polls(_config(ports[:n], token), repeats))
+            if up != n:
+                raise RuntimeError(f"only {up}/{n} agents answered the poll")
+            median = statistics.median(times)
+            base = base or median
+            rows.append({"measure": f"poll {n} agent(s), warm keep-alive (median of {repeats})", "value": round(median, 4), "unit": "s",
+                         "baseline": round(base, 4), "ratio": round(median / base, 2),
+                         "target": "≤ 0.5 s and ratio ≤ 3" if n == 64 else None})
+            if n == max(sizes):
+                rows.append({"measure": f"poll {n} agents, cold (new connections)", "value": round(cold, 4), "unit": "s",
+                             "baseline": None, "ratio": None, "target": None})
+    finally:
+        _stop(procs)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
+def _median_wall(argv: list[str], repeats: int, env: dict[str, str]) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _help_rows(quick: bool) -> list[dict]:
+    repeats = 5 if quick else 15
+    env = _env()
+    baseline = _median_wall([sys.executable, "-c", "pass"], repeats, env)
+    value = _median_wall([sys.executable, "-m", "tui.cli", "--help"], repeats, env)
+    return [{"measure": f"ftwiz --help start (median of {repeats})", "value": round(value, 4), "unit": "s",
+             "baseline": round(baseline, 4), "ratio": round(value / baseline, 2), "target": "≤ 0.3 s"}]
+
+
+def _check_rows(quick: bool) -> list[dict]:
+    from shared.config import to_toml
+
+    repeats = 3 if quick else 5
+    tmp = Path(tempfile.mkdtemp(prefix="ftwiz-check-bench1-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        procs, ports, token = _start_agents(tmp, 1, python=sys.executable, interval=1.0)
+        _wait_ready(ports, token, procs, timeout=180, need_software=True)
+        config = _config(ports, token, local=True, python=sys.executable, workdir=str(tmp))
+        path = tmp / "ftwiz.toml"
+        path.write_text(to_toml(config))
+        argv = [sys.executable, "-m", "tui.cli", "--config", str(path), "--check"]
+        check = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+        if check.returncode != 0:
+            raise RuntimeError(f"ftwiz --check failed on the bench cluster (exit {check.returncode}):\n{check.stdout}\n{check.stderr}")
+        value = _median_wall(argv, repeats, _env())
+    finally:
+        _stop(procs)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return [{"measure": f"ftwiz --check, one-node loopback cluster (median of {repeats})", "value": round(value, 3), "unit": "s",
+             "baseline": None, "ratio": None, "target": "≤ 2 s"}]
+
+
+def run(args: Any) -> list[dict]:
+    """All checklist benchmark rows (``args.quick`` shortens the repetitions)."""
+    quick = bool(getattr(args, "quick", False))
+    return _help_rows(quick) + _check_rows(quick) + _poll_rows(quick)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    for row in run(parser.parse_args()):
+        print(json.dumps(row, ensure_ascii=False))
