@@ -62,7 +62,10 @@ class LaunchSession:
     def apply(self, event: Any) -> None:
         """Fold one launcher event in."""
         if isinstance(event, LogLine):
-            entry = (event.rank, event.text)
+            text = _readable(event.text)
+            if text is None:
+                return  # a protocol line: it is drawn as progress, not as log text
+            entry = (event.rank, text)
             self.lines.setdefault(event.node, deque(maxlen=KEEP_LINES)).append(entry)
             self.unseen.setdefault(event.node, []).append(entry)
         elif isinstance(event, ProgressChanged):
@@ -91,3 +94,17 @@ class LaunchSession:
 
 
 Observer = Callable[[Any], None]
+
+
+def _readable(text: str) -> Optional[str]:
+    """A log line as the headless printer shows it: protocol lines hidden, ``started`` summarised."""
+    from tui.launch.commands import _QUIET_KINDS  # the headless printer's own list, so both hide the same lines
+    from tui.launch.progress import parse_protocol
+
+    obj = parse_protocol(text)
+    if obj is None or obj.get("ftwiz") not in _QUIET_KINDS:
+        return text
+    if obj.get("ftwiz") == "started":
+        return (f"started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, "
+                f"pid {obj.get('pid')}, {obj.get('backend')})")
+    return None

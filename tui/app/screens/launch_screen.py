@@ -53,6 +53,7 @@ class LaunchScreen(StepScreen):
         with Horizontal(id="filter-row"):
             yield Label("Ranks ", id="filter-label")
             yield Input(placeholder="all — e.g. 0,2-3 then Enter", compact=True, id="rank-filter")
+            yield Static("", id="filter-error")
         yield NodeLogs(id="launch-logs")
         yield RunOutcome(id="run-outcome")
         yield Footer()
@@ -80,6 +81,7 @@ class LaunchScreen(StepScreen):
         job = self.wizard.config.job
         self.query_one(RunProgress).show(session.snapshot, finished=session.result is not None,
                                          allreduce_sizes=len(job.sizes_mb) if job.workload == "allreduce" else None)
+        self.query_one("#metrics").display = job.workload == "sft"  # the all-reduce check has no loss
         self.query_one("#loss-plot", MetricPlot).show(session.losses)
         self.query_one("#tokens-plot", MetricPlot).show(session.tokens_per_s)
         self.query_one(RunOutcome).show(session.result, session.snapshot, palette, can_resume=self.wizard.config.job.workload == "sft")
@@ -127,11 +129,13 @@ class LaunchScreen(StepScreen):
 
     @on(Input.Submitted, "#rank-filter")
     def _filter(self, event: Input.Submitted) -> None:
+        error = self.query_one("#filter-error", Static)
         try:
             ranks = parse_ranks(event.value)
         except ValueError as exc:
-            self.notify(f"Rank filter {event.value!r}: {exc}. Use e.g. 0,2-3; blank shows all.", severity="error")
+            error.update(f"Rank filter {event.value!r}: {exc}. Use e.g. 0,2-3; blank shows all.")
             return
+        error.update("")
         self.query_one(NodeLogs).ranks = ranks
         self._rewrite_logs()
         self.query_one("#launch-logs").focus()

@@ -24,12 +24,18 @@ def parse_ranks(text: str) -> Optional[set[int]]:
             continue
         if "-" in part:
             low, high = part.split("-", 1)
-            first, last = int(low), int(high)
+            try:
+                first, last = int(low), int(high)
+            except ValueError:
+                raise ValueError(f"{part!r} is not a range like 2-3") from None
             if last < first:
                 raise ValueError(f"{part}: the range runs backwards")
             ranks.update(range(first, last + 1))
         else:
-            ranks.add(int(part))
+            try:
+                ranks.add(int(part))
+            except ValueError:
+                raise ValueError(f"{part!r} is not a rank number") from None
     return ranks
 
 

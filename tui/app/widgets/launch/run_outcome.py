@@ -22,7 +22,7 @@ class RunOutcome(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(id="outcome-body")
         with Horizontal(id="outcome-buttons"):
-            yield Button("Resume from the last checkpoint", id="resume", variant="warning")
+            yield Button("Resume from the last checkpoint (u)", id="resume", variant="warning", compact=True)
 
     def show(self, result: Optional[Any], snapshot: Optional[Any], palette: Palette, *, can_resume: bool) -> None:
         """Draw a ``RunResult`` (None hides the panel)."""
@@ -41,7 +41,7 @@ class RunOutcome(VerticalScroll):
             body.append(Text(f"Failed: {result.failed_node or '?'}{rank}", style=f"bold {palette.bad}"))
         if result.last_lines:
             body.append(Text("Last lines:", style=palette.muted))
-            body.extend(Text("  " + line, no_wrap=True, overflow="ellipsis") for line in result.last_lines[-12:])
+            body.extend(Text("  " + line, no_wrap=True, overflow="ellipsis") for line in result.last_lines[-8:])
         if result.leftovers:
             left = ", ".join(f"{node}: {pids}" for node, pids in result.leftovers.items())
             body.append(Text(f"Processes that survived the stop: {left}", style=palette.bad))
@@ -61,7 +61,7 @@ def _allreduce_table(rows: tuple[dict, ...]) -> Table:
     table.add_column("correct")
     for row in rows:
         size = row.get("size_bytes") or 0
-        table.add_row(f"{size / 1e6:g} MB", _num(row.get("algbw_gbps")), _num(row.get("busbw_gbps")), "yes" if row.get("correct") else "NO")
+        table.add_row(f"{size / 2**20:g} MiB", _num(row.get("algbw_gbps")), _num(row.get("busbw_gbps")), "yes" if row.get("correct") else "NO")
     return table
 
 

@@ -44,9 +44,11 @@ class RunProgress(Horizontal):
             bar.update(total=1, progress=0)  # a still bar: nothing is known yet
             label.update("no progress yet")
             return
+        from tui.launch.progress import format_progress  # the headless line, so both modes read the same
+
         if snapshot.total_steps:
             bar.update(total=snapshot.total_steps, progress=snapshot.step or 0)
-            label.update(f"step {snapshot.step or 0}/{snapshot.total_steps} · ETA {fmt_duration(snapshot.eta_s)}")
+            label.update(format_progress(snapshot))
         elif allreduce_sizes:
             measured = len({row.get("size_bytes") for row in snapshot.allreduce})
             bar.update(total=allreduce_sizes, progress=min(measured, allreduce_sizes))
