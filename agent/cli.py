@@ -106,6 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .main import create_app
     from .probes.gpu_fixture import FixtureError
+    from .sinkpath import sink_fast_path_protocol
 
     try:
         app = create_app(settings)
@@ -117,6 +118,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
+        http=sink_fast_path_protocol(token=settings.token),  # bandwidth sink at socket speed; all else is uvicorn's
         access_log=args.log_level == "debug",  # an access line per request costs more CPU than the request
         server_header=False,
         proxy_headers=False,

@@ -64,6 +64,7 @@ class Sampler:
         self._software_probe = software_probe or (lambda py: probe_software(py, timeout_s=software_timeout_s))
         self._latest: Optional[Sample] = None
         self._software: Optional[SoftwareVersions] = None
+        self._software_done_at = float("-inf")  # monotonic time the last probe finished
         self._software_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -108,14 +109,20 @@ class Sampler:
         self._latest = sample
         return sample
 
-    def refresh_software(self) -> SoftwareVersions:
-        """Probe the training interpreter again; concurrent callers share one probe."""
+    def refresh_software(self, *, max_age_s: float = 0.0) -> tuple[Optional[SoftwareVersions], bool]:
+        """Probe the training interpreter again, unless a probe finished less than ``max_age_s`` ago.
+
+        Returns the versions and whether a new probe ran. Concurrent callers share one probe.
+        """
         if not self._software_lock.acquire(blocking=False):
-            with self._software_lock:  # another probe is running: wait for its answer
-                return self._software  # type: ignore[return-value]
+            with self._software_lock:  # another probe is running: its answer is fresh
+                return self._software, True
         try:
+            if self._software is not None and time.monotonic() - self._software_done_at < max_age_s:
+                return self._software, False
             self._software = self._software_probe(self.python)
-            return self._software
+            self._software_done_at = time.monotonic()
+            return self._software, True
         finally:
             self._software_lock.release()
 

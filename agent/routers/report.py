@@ -1,7 +1,6 @@
 """``GET /v1/report`` and ``POST /v1/refresh``."""
 
 import asyncio
-import time
 
 from fastapi import APIRouter, Depends, Response
 
@@ -13,7 +12,7 @@ from ..state import AgentState
 router = APIRouter(prefix="/v1", tags=["report"])
 
 REFRESH_MIN_INTERVAL_S = 2.0
-"""A software probe younger than this is reused: each probe starts the training interpreter."""
+"""A software probe that finished less than this ago is reused: each probe starts the training interpreter."""
 
 
 @router.get("/report", response_model=NodeReport, summary="Everything this agent knows about its node")
@@ -27,8 +26,5 @@ async def refresh(state: AgentState = Depends(get_state)) -> RefreshResult:
     """Re-initialise NVML, take a sample and re-probe software versions (waits for the probe)."""
     sampler = state.sampler
     await asyncio.to_thread(sampler.refresh_hardware)
-    previous = sampler.software
-    if previous is not None and previous.probed_at and time.time() - previous.probed_at < REFRESH_MIN_INTERVAL_S:
-        return RefreshResult(refreshed=False, software=previous)
-    software = await asyncio.to_thread(sampler.refresh_software)
-    return RefreshResult(refreshed=True, software=software)
+    software, refreshed = await asyncio.to_thread(sampler.refresh_software, max_age_s=REFRESH_MIN_INTERVAL_S)
+    return RefreshResult(refreshed=refreshed, software=software)

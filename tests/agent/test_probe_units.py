@@ -156,3 +156,19 @@ def test_run_ids_are_validated_before_any_scan() -> None:
         with pytest.raises(ValueError):
             find_run_processes(bad)
     assert find_run_processes("no-such-run-" + str(time.time_ns())) == []
+
+
+def test_refresh_software_reuses_a_fresh_probe() -> None:
+    calls: list[str] = []
+
+    def probe(python: str) -> SoftwareVersions:
+        calls.append(python)
+        return SoftwareVersions(python_executable=python, python=str(len(calls)))
+
+    sampler = Sampler(nvml=FixtureNvml(RTX_4090_1X), python="/opt/py", software_probe=probe)
+    first, ran = sampler.refresh_software()
+    assert ran and first.python == "1"
+    reused, ran = sampler.refresh_software(max_age_s=3600)
+    assert not ran and reused is first and calls == ["/opt/py"]
+    again, ran = sampler.refresh_software(max_age_s=0)
+    assert ran and again.python == "2"
