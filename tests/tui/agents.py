@@ -26,6 +26,8 @@ from tests.tui.fixture_cluster import FIXTURES
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT_PORT = 18462
 """The port every loopback agent of these tests listens on (each on its own address)."""
+RENDEZVOUS_PORT = 29731
+"""torchrun's rendezvous port in these tests: away from the default 29500 other suites use on this machine."""
 
 
 @dataclass
@@ -65,7 +67,8 @@ class LoopbackCluster:
         for index, name in enumerate(down):
             nodes.append({"name": name, "host": f"127.0.0.{40 + index}", "workdir": str(self.workdir / name)})
         return FtwizConfig.model_validate({
-            "cluster": {"name": "loopback", "agent_port": AGENT_PORT, "agent_token_file": str(self.token_path), "agent_timeout_s": 2.0},
+            "cluster": {"name": "loopback", "agent_port": AGENT_PORT, "agent_token_file": str(self.token_path), "agent_timeout_s": 2.0,
+                        "rendezvous_port": RENDEZVOUS_PORT},
             "nodes": nodes,
             "job": job or {},
         })

@@ -65,7 +65,7 @@ async def test_allreduce_check_runs_to_the_end_with_logs_and_result(solo, tmp_pa
     app = _app(solo, tmp_path, workload="allreduce", sizes_mb=[1, 2], iterations=10, warmup_iterations=2)
     async with app.run_test(size=(120, 40)) as pilot:
         await _checked(pilot, app)
-        assert not app.checks.failed, [r.id for r in app.checks.failed]
+        assert not app.checks.failed, [(r.id, r.node, r.detail) for r in app.checks.failed]
         await pilot.press("l")
         await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch step")
         await pilot.press("l")
