@@ -10,6 +10,7 @@ rank exits 3 when any element on any rank was wrong.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from .dist import Ranks, device_for
 from .errors import EXIT_VERIFY_FAILED, report_error
@@ -25,9 +26,28 @@ def bus_factor(world_size: int) -> float:
     return 2.0 * (world_size - 1) / world_size if world_size > 1 else 1.0
 
 
+@dataclass(frozen=True)
+class SizeResult:
+    """One size of the sweep, agreed by every rank: bytes, mean seconds per all-reduce, verdict."""
+
+    size_bytes: int
+    seconds: float
+    correct: bool
+    world_size: int
+
+    @property
+    def algbw_gbps(self) -> float:
+        """nccl-tests algbw: bytes / time, in GB/s (1e9)."""
+        return self.size_bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+    @property
+    def busbw_gbps(self) -> float:
+        """nccl-tests all-reduce busbw: algbw x 2(n-1)/n."""
+        return self.algbw_gbps * bus_factor(self.world_size)
+
+
 def run(spec: Spec, ranks: Ranks, backend: str) -> int:
     """Sweep ``spec['sizes_mb']``; return the process exit code."""
-    import torch
     import torch.distributed as dist
 
     device = device_for(backend, ranks)
@@ -38,33 +58,17 @@ def run(spec: Spec, ranks: Ranks, backend: str) -> int:
         print(f"# {'size(B)':>12} {'time(us)':>11} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  correct", flush=True)
     all_correct = True
     for step, size_mb in enumerate(spec["sizes_mb"], 1):
-        elements = max(1, int(size_mb * MB) // FLOAT_BYTES)
-        tensor = torch.empty(elements, dtype=torch.float32, device=device)
-        correct = _verified_all_reduce(tensor, ranks.rank, world)
-        tensor.zero_()  # timed sums of zeros stay finite however many iterations run
-        for _ in range(warmup):
-            dist.all_reduce(tensor)
-        seconds = _timed(tensor, iterations, device)
-        correct = _verified_all_reduce(tensor, ranks.rank, world) and correct
-        # agree on the verdict (MIN over 1/0) and average the time over ranks, as nccl-tests does
-        summary = torch.tensor([1.0 if correct else 0.0, seconds], dtype=torch.float64, device=device)
-        verdict = summary[:1].clone()
-        dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
-        dist.all_reduce(summary)
-        correct = bool(verdict.item() == 1.0)
-        mean_s = summary[1].item() / world
-        all_correct = all_correct and correct
-        size_bytes = elements * FLOAT_BYTES
-        algbw = size_bytes / mean_s / 1e9 if mean_s > 0 else 0.0
-        busbw = algbw * bus_factor(world)
+        result = measure(size_mb, rank=ranks.rank, device=device, iterations=iterations, warmup=warmup)
+        all_correct = all_correct and result.correct
         emit("heartbeat", rank=ranks.rank, step=step)
         if ranks.is_main:
             emit(
-                "allreduce", rank=0, size_bytes=size_bytes, world_size=world, iterations=iterations,
-                time_us=round(mean_s * 1e6, 3), algbw_gbps=round(algbw, 6), busbw_gbps=round(busbw, 6), correct=correct,
+                "allreduce", rank=0, size_bytes=result.size_bytes, world_size=world, iterations=iterations,
+                time_us=round(result.seconds * 1e6, 3), algbw_gbps=round(result.algbw_gbps, 6),
+                busbw_gbps=round(result.busbw_gbps, 6), correct=result.correct,
             )
-            print(f"  {size_bytes:>12} {mean_s * 1e6:>11.1f} {algbw:>12.3f} {busbw:>12.3f}  {'yes' if correct else 'NO'}", flush=True)
-        del tensor
+            print(f"  {result.size_bytes:>12} {result.seconds * 1e6:>11.1f} {result.algbw_gbps:>12.3f} "
+                  f"{result.busbw_gbps:>12.3f}  {'yes' if result.correct else 'NO'}", flush=True)
     if not all_correct:
         report_error(
             f"all-reduce returned wrong sums (expected {world * (world + 1) // 2} in every element on every rank): "
@@ -74,6 +78,28 @@ def run(spec: Spec, ranks: Ranks, backend: str) -> int:
         return EXIT_VERIFY_FAILED
     emit("done", rank=ranks.rank, status="ok")
     return 0
+
+
+def measure(size_mb: float, *, rank: int, device, iterations: int, warmup: int) -> SizeResult:
+    """Verify, warm up, time and verify again one message size; every rank returns the same result."""
+    import torch
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    elements = max(1, int(size_mb * MB) // FLOAT_BYTES)
+    tensor = torch.empty(elements, dtype=torch.float32, device=device)
+    correct = _verified_all_reduce(tensor, rank, world)
+    tensor.zero_()  # timed sums of zeros stay finite however many iterations run
+    for _ in range(warmup):
+        dist.all_reduce(tensor)
+    seconds = _timed(tensor, iterations, device)
+    correct = _verified_all_reduce(tensor, rank, world) and correct
+    # agree on the verdict (MIN over 1/0) and average the time over ranks, as nccl-tests does
+    verdict = torch.tensor([1.0 if correct else 0.0], dtype=torch.float64, device=device)
+    total = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
+    dist.all_reduce(total)
+    return SizeResult(elements * FLOAT_BYTES, total.item() / world, verdict.item() == 1.0, world)
 
 
 def _verified_all_reduce(tensor, rank: int, world: int) -> bool:
