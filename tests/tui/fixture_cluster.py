@@ -31,6 +31,8 @@ from shared.version import __version__
 FIXTURES = Path(__file__).resolve().parents[2] / "agent" / "fixtures"
 FROZEN_TIME = 1_767_225_600.0  # 2026-01-01T00:00:00Z: a fixed clock for still pictures
 GIB = 1024**3
+CONSTRUCTED_PYTHON = "/opt/ftwiz/venv/bin/python"
+"""The training interpreter the constructed reports describe."""
 
 
 def gpu_sample(fixture: str):
@@ -59,7 +61,7 @@ def constructed_report(node_name: str, address: str, fixture: Optional[str], *, 
               NicInfo(name="ib0", addresses=[], mtu=4092, speed_mbps=400000, is_up=True)],
         ib_ports=[IbPort(device="mlx5_0", port=1, state="4: ACTIVE", phys_state="5: LinkUp", rate="400 Gb/sec (4X NDR)", link_layer="InfiniBand", netdev="ib0")],
         nvidia_peermem_loaded=True,
-        software=SoftwareVersions(python_executable="/opt/ftwiz/venv/bin/python", python="3.11.9", torch="2.13.0", torch_cuda="12.4", cuda_available=True,
+        software=SoftwareVersions(python_executable=CONSTRUCTED_PYTHON, python="3.11.9", torch="2.13.0", torch_cuda="12.4", cuda_available=True,
                                   nccl="2.21.5", transformers="5.2.0", peft="0.21.0", bitsandbytes="0.50.0", accelerate="1.10.0", probed_at=FROZEN_TIME),
     )
     if fixture is None:

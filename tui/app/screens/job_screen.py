@@ -87,7 +87,11 @@ class JobScreen(StepScreen):
         plan = plan_job(self.wizard.config, self.wizard.cluster)
         self.app.call_from_thread(self._show_plan, plan)
 
+    plans_shown = 0
+    """How many estimates have been drawn (tests wait on it)."""
+
     def _show_plan(self, plan) -> None:
+        self.plans_shown += 1
         palette = Palette.from_app(self.app)
         chart = self.query_one(FitChart)
         # label 13 + free 8 + verdict 9 + a scrollbar's 2: the bar gets the rest.

@@ -1,0 +1,105 @@
+"""Pictures of every step (pytest-textual-snapshot), from real agents on loopback serving GPU fixtures.
+
+Update after an intended change with ``pytest tests/tui/test_snapshots.py --snapshot-update`` and look
+at the report. See ``snapshot_app.py`` for what is held still and why.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tui.snapshot_app import snapshot_app
+from tests.tui.waiting import wait_for
+
+
+async def _polled(pilot) -> None:
+    await wait_for(pilot, lambda: pilot.app.cluster.polls >= 1, what="the poll")
+    await pilot.pause()
+
+
+async def _planned(pilot) -> None:
+    await _polled(pilot)
+    await wait_for(pilot, lambda: getattr(pilot.app.screen, "plans_shown", 0) >= 2, what="the estimate after the poll")
+    await pilot.pause()
+
+
+@pytest.fixture
+def config(loopback):
+    """The three loopback agents plus node3, whose agent is down."""
+    return loopback.config(down=["node3"])
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_cluster(snap_compare, config, size):
+    assert snap_compare(snapshot_app(config), terminal_size=size, run_before=_polled)
+
+
+def test_cluster_gpu_less_node(snap_compare, config):
+    async def select_node2(pilot):
+        await _polled(pilot)
+        await pilot.press("down", "down")
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(config), terminal_size=(100, 30), run_before=select_node2)
+
+
+def test_node_form_errors(snap_compare, config):
+    async def bad_node(pilot):
+        await _polled(pilot)
+        await pilot.press("a")
+        await pilot.pause()
+        pilot.app.screen.query_one("#node-name").value = "node 0"
+        pilot.app.screen.query_one("#node-ssh_port").value = "0"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(config), terminal_size=(80, 24), run_before=bad_node)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_job(snap_compare, config, size):
+    assert snap_compare(snapshot_app(config, start_step="job"), terminal_size=size, run_before=_planned)
+
+
+def test_job_full_finetune_does_not_fit(snap_compare, config):
+    async def full(pilot):
+        await _planned(pilot)
+        shown = pilot.app.screen.plans_shown
+        pilot.app.screen.query_one("#job-method").value = "full"
+        await wait_for(pilot, lambda: pilot.app.screen.plans_shown > shown, what="the new estimate")
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(config, start_step="job"), terminal_size=(120, 40), run_before=full)
+
+
+def test_checklist(snap_compare, config):
+    async def run_checks(pilot):
+        await _polled(pilot)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: pilot.app.checks.runs >= 1, what="the checklist", timeout=120)
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(config, start_step="checklist"), terminal_size=(120, 40), run_before=run_checks)
+
+
+def test_launch_idle(snap_compare, config):
+    assert snap_compare(snapshot_app(config, start_step="launch"), terminal_size=(80, 24), run_before=_polled)
+
+
+def test_help(snap_compare, config):
+    async def help_keys(pilot):
+        await _polled(pilot)
+        await pilot.press("f1")
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(config), terminal_size=(80, 24), run_before=help_keys)
+
+
+def test_quit_with_unsaved_changes(snap_compare, config):
+    async def quit_dirty(pilot):
+        await _polled(pilot)
+        pilot.app.remove_node("node3")
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(config), terminal_size=(80, 24), run_before=quit_dirty)
