@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from shared.config import FtwizConfig, JobConfig, NodeConfig
-from tui.launch.plan import build_plan, node_processes, quote_path, start_command, start_script
+from tui.launch.plan import build_plan, make_payload, node_processes, quote_path, start_script
 
 
 def _config(**kw) -> FtwizConfig:
@@ -130,20 +130,56 @@ def test_script_quotes_every_value_and_runs_in_sh(tmp_path):
     assert (tmp_path / "w d" / "runs" / "r1" / "a.pgid").read_text().strip().isdigit()
 
 
-def test_start_command_detaches_and_prints_the_pgid(tmp_path):
-    config = _config(nodes=[NodeConfig(name="a", host="10.0.0.1", python="sleep", workdir=str(tmp_path))])
-    rundir = str(tmp_path / "runs" / "r1")
-    (tmp_path / "runs" / "r1").mkdir(parents=True)
-    plan = build_plan(config, "r1", rundirs={"a": rundir})[0]
-    plan.argv = ["sleep", "30"]
-    (tmp_path / "runs" / "r1" / "a.sh").write_text(start_script(plan, rundir))
-    done = subprocess.run(["sh", "-c", start_command("a", rundir)], capture_output=True, text=True, timeout=20)
-    assert done.returncode == 0, done.stderr
-    pgid = int(done.stdout.split()[-1])
+def _helper(*args: str, **kw) -> subprocess.Popen:
+    import sys
+
+    from tui.launch.runner import NODESIDE_SOURCE
+
+    return subprocess.Popen([sys.executable, "-c", NODESIDE_SOURCE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, **kw)
+
+
+def test_node_helper_receives_the_job_and_starts_it_detached_on_go(tmp_path):
     import os
     import signal
 
+    config = _config(nodes=[NodeConfig(name="a", host="10.0.0.1", python="sleep", workdir=str(tmp_path))])
+    rundir = tmp_path / "runs" / "r1"
+    rundir.mkdir(parents=True)
+    plan = build_plan(config, "r1", rundirs={"a": str(rundir)})[0]
+    plan.argv = ["sleep", "30"]
+    payload = make_payload({"a.sh": start_script(plan, str(rundir)).encode(), "pkg/x.py": b"X = 1\n"})
+    helper = _helper("launch", "a", "1.0", cwd=rundir)
     try:
-        assert os.getsid(pgid) == pgid  # its own session, so it outlives the SSH channel
+        assert helper.stdout.readline().decode().strip() == f"R {rundir}"
+        helper.stdin.write(f"payload {len(payload)}\n".encode() + payload)
+        helper.stdin.flush()
+        assert helper.stdout.readline().strip() == b"U"
+        assert (rundir / "pkg" / "x.py").read_text() == "X = 1\n"
+        helper.stdin.write(b"go\n")
+        helper.stdin.flush()
+        frame = helper.stdout.readline().decode().split()
+        assert frame[0] == "P"
+        pgid = int(frame[1])
+        try:
+            assert os.getsid(pgid) == pgid  # its own session, so it outlives the SSH channel
+        finally:
+            os.killpg(pgid, signal.SIGKILL)
     finally:
-        os.killpg(pgid, signal.SIGKILL)
+        helper.kill()
+        helper.wait(10)
+
+
+def test_node_helper_starts_nothing_without_go(tmp_path):
+    payload = make_payload({"a.sh": b"touch started\n"})
+    helper = _helper("launch", "a", "1.0", cwd=tmp_path)
+    out, _ = helper.communicate(f"payload {len(payload)}\n".encode() + payload, timeout=20)
+    assert out.decode().splitlines()[-1] == "X aborted"
+    assert not (tmp_path / "started").exists()
+
+
+def test_node_helper_refuses_a_payload_escaping_the_run_directory(tmp_path):
+    payload = make_payload({"../evil.sh": b"x"})
+    helper = _helper("launch", "a", "1.0", cwd=tmp_path)
+    out, _ = helper.communicate(f"payload {len(payload)}\n".encode() + payload + b"go\n", timeout=20)
+    assert out.decode().splitlines()[-1] == "X bad-payload"
+    assert not (tmp_path.parent / "evil.sh").exists()

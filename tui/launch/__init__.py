@@ -9,3 +9,34 @@
 
 Importing this package imports neither paramiko nor torch.
 """
+
+from tui.launch.events import (  # noqa: E402 - re-exported for the TUI
+    Event,
+    LogLine,
+    NodeState,
+    NodeStateChanged,
+    Observer,
+    ProgressChanged,
+    RunFinished,
+    RunNote,
+    RunResult,
+)
+from tui.launch.progress import ProgressSnapshot, format_progress  # noqa: E402
+from tui.launch.run import LaunchError, Run, RunOptions  # noqa: E402
+
+__all__ = [
+    "Event",
+    "LaunchError",
+    "LogLine",
+    "NodeState",
+    "NodeStateChanged",
+    "Observer",
+    "ProgressChanged",
+    "ProgressSnapshot",
+    "Run",
+    "RunFinished",
+    "RunNote",
+    "RunOptions",
+    "RunResult",
+    "format_progress",
+]

@@ -24,7 +24,6 @@ from tui.launch.run import LaunchError, Run, RunOptions
 __all__ = ["HeadlessPrinter", "attach", "launch", "stop"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-_QUIET_KINDS = {"heartbeat", "progress", "started", "done", "allreduce", "checkpoint"}
 
 
 def _err(message: str) -> None:
@@ -53,9 +52,13 @@ class HeadlessPrinter:
     def _print(self, event: Event) -> None:
         if isinstance(event, LogLine):
             obj = parse_protocol(event.text)
-            if obj is not None and obj.get("ftwiz") in _QUIET_KINDS and not self.show_protocol:
-                if obj.get("ftwiz") == "started":
+            kind = obj.get("ftwiz") if obj is not None else None
+            if kind is not None and not self.show_protocol:
+                if kind == "started":
                     print(f"{event.prefix} | started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, pid {obj.get('pid')}, {obj.get('backend')})", file=self.out, flush=True)
+                elif kind == "note":
+                    print(f"{event.prefix} | note: {obj.get('message')}", file=self.out, flush=True)
+                # error lines repeat on stderr as "ftwiz: error ..."; the rest is summarised as progress
                 return
             print(f"{event.prefix} | {event.text}", file=self.out, flush=True)
         elif isinstance(event, ProgressChanged):
@@ -167,20 +170,6 @@ def _poll_reports(config: FtwizConfig) -> dict[str, Any]:
     return {name: s.report for name, s in statuses.items() if getattr(s, "report", None) is not None}
 
 
-def _network_env(config: FtwizConfig, reports: dict[str, Any]) -> Optional[dict[str, dict[str, str]]]:
-    if not reports:
-        return None
-    try:
-        from shared.netplan import node_env
-    except ImportError:
-        return None
-    try:
-        return node_env(config, reports)
-    except Exception as exc:
-        _err(f"warning: no interface plan ({type(exc).__name__}: {exc}); NCCL/gloo will pick interfaces themselves")
-        return None
-
-
 def _confirm(config: FtwizConfig, run: Run, yes: bool) -> bool:
     job = config.job
     what = f"{job.workload}" + (f" ({job.method} of {job.model})" if job.workload == "sft" else "")
@@ -234,7 +223,7 @@ def launch(
     if not yes and (not sys.stdin or not sys.stdin.isatty()):
         _err("ERROR: not launching: no terminal to confirm on; pass --yes to launch without asking")
         return EXIT_USAGE
-    run = Run(config, options=options, reports=reports, network_env=_network_env(config, reports), resume=resume, output_dir=output_dir, resumed_from=resumed_from)
+    run = Run(config, options=options, reports=reports, resume=resume, output_dir=output_dir, resumed_from=resumed_from)
     if not _confirm(config, run, yes):
         run.record.update(status="cancelled")
         return EXIT_USAGE

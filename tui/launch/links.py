@@ -1,22 +1,22 @@
 """How the controller talks to one node: over SSH (paramiko) or, for the local node, as subprocesses.
 
 Both links take *shell command strings* that the caller built from quoted pieces only
-(:mod:`tui.launch.plan`), run them through ``sh -c`` on the node, and offer the same four
-operations: :meth:`exec` (run, collect), :meth:`stream` (a long-running command read line by line
-with a timeout), :meth:`put_files` (write files atomically under a directory) and :meth:`close`.
+(:mod:`tui.launch.plan`), run them through the node's shell, and offer the same three operations:
+:meth:`exec` (run, collect), :meth:`stream` (a long-running command read line by line with a
+timeout, whose stdin the caller may write: that is how the job files travel, see
+:func:`tui.launch.nodeside.cmd_launch`) and :meth:`close`. No SFTP: one exec per node carries the
+upload, the start and the log stream, and works where an sshd has no sftp subsystem.
 A link belongs to the thread that created it; nothing here is shared across threads.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Mapping, Optional, Protocol
+from typing import Optional, Protocol
 
 from shared.config import ClusterConfig, NodeConfig
 
@@ -48,6 +48,9 @@ class LineStream(Protocol):
         Raises :class:`EOFError` when the command ended and every line was read.
         """
 
+    def send(self, data: bytes) -> None:
+        """Write ``data`` to the command's stdin."""
+
     def close(self) -> None:
         """Stop reading and end the command's channel (never the run itself)."""
 
@@ -62,9 +65,6 @@ class NodeLink(Protocol):
 
     def stream(self, command: str) -> LineStream:
         """Start a long-running shell command whose stdout is read line by line."""
-
-    def put_files(self, directory: str, files: Mapping[str, bytes]) -> None:
-        """Write ``files`` (relative path → content) under absolute ``directory``, each atomically."""
 
     def close(self) -> None:
         """Release the connection."""
@@ -105,6 +105,12 @@ class _ChannelLines:
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line.decode("utf-8", "replace")
+
+    def send(self, data: bytes) -> None:
+        try:
+            self._channel.sendall(data)
+        except Exception as exc:
+            raise LinkLost(f"cannot send to the node: {exc}") from None
 
     def close(self) -> None:
         try:
@@ -162,50 +168,17 @@ class SshLink:
         try:
             channel = self._transport().open_session(timeout=self._timeout)
             channel.exec_command(command)
-            channel.shutdown_write()
         except LinkLost:
             raise
         except Exception as exc:
             raise LinkLost(f"{self.node}: cannot start streaming: {exc}") from None
         return _ChannelLines(channel)
 
-    def put_files(self, directory: str, files: Mapping[str, bytes]) -> None:
-        try:
-            sftp = self._client.open_sftp()
-        except Exception as exc:
-            raise LinkLost(f"{self.node}: SFTP failed: {exc}") from None
-        try:
-            made = set()
-            for rel, data in files.items():
-                path = f"{directory}/{rel}"
-                parent = path.rsplit("/", 1)[0]
-                _sftp_makedirs(sftp, parent, made)
-                tmp = f"{path}.tmp-{os.getpid()}"
-                with sftp.open(tmp, "wb") as fh:
-                    fh.write(data)
-                sftp.posix_rename(tmp, path)
-        finally:
-            sftp.close()
-
     def close(self) -> None:
         try:
             self._client.close()
         except Exception:
             pass
-
-
-def _sftp_makedirs(sftp, path: str, made: set) -> None:
-    if path in made or not path or path == "/":
-        return
-    try:
-        sftp.stat(path)
-    except OSError:
-        _sftp_makedirs(sftp, path.rsplit("/", 1)[0], made)
-        try:
-            sftp.mkdir(path)
-        except OSError:
-            sftp.stat(path)  # raced with another writer: fine if it exists now
-    made.add(path)
 
 
 # ------------------------------------------------------------------------------------------- local
@@ -240,7 +213,20 @@ class _ProcessLines:
                 raise EOFError
             return None
 
+    def send(self, data: bytes) -> None:
+        try:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
+        except (OSError, ValueError) as exc:
+            raise LinkLost(f"cannot send to the local helper: {exc}") from None
+
     def close(self) -> None:
+        if self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
         if self._proc.poll() is None:
             self._proc.terminate()
             try:
@@ -264,17 +250,9 @@ class LocalLink:
 
     def stream(self, command: str) -> LineStream:
         proc = subprocess.Popen(
-            ["sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+            ["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
         )
         return _ProcessLines(proc)
-
-    def put_files(self, directory: str, files: Mapping[str, bytes]) -> None:
-        for rel, data in files.items():
-            path = Path(directory) / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
 
     def close(self) -> None:
         pass

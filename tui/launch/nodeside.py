@@ -3,6 +3,10 @@
 The controller sends this file's source as ``<python> -c <source> <command> ...`` (quoted), so it
 works on a node before, during and after a run, with nothing installed. Commands:
 
+``launch NODE TICK``
+    Receive the job files on stdin, unpack them in the current directory (the run directory), and
+    start ``<node>.sh`` in its own session on ``go``; then behave as ``follow`` (see
+    :func:`cmd_launch` for the exchange).
 ``follow RUNDIR NODE OFFSET TICK``
     Stream ``<node>.log`` from byte ``OFFSET``, framed one record a line on stdout:
     ``P <pgid>`` once known, ``L <end offset> <text>`` per log line, ``T <unix time>`` every ``TICK``
@@ -183,7 +187,52 @@ def _read_int(path):
         return None
 
 
-def cmd_follow(rundir, node, offset, tick):
+def cmd_launch(node, tick):
+    """Receive the job on stdin, wait for ``go``, start ``<node>.sh`` in its own session, then follow.
+
+    Run inside the (new) run directory. Protocol: print ``R <run dir>``; read ``payload <n>\\n`` and
+    n bytes (a tar of the job files) and unpack it; print ``U``; read one line: ``go`` starts the run
+    (``P <pgid>``, then as ``follow``), anything else or end of input leaves without starting anything
+    (``X aborted``). One SSH exec per node carries upload, start and log stream.
+    """
+    import io
+    import subprocess
+    import tarfile
+
+    rundir = os.getcwd()
+    _emit("R %s" % rundir)
+    header = sys.stdin.buffer.readline().decode("ascii", "replace").split()
+    if len(header) != 2 or header[0] != "payload" or not header[1].isdigit():
+        _emit("X aborted")
+        return 3
+    size = int(header[1])
+    data = sys.stdin.buffer.read(size)
+    if len(data) != size:
+        _emit("X aborted")
+        return 3
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            if member.name.startswith("/") or ".." in member.name.split("/") or not (member.isfile() or member.isdir()):
+                _emit("X bad-payload")
+                return 3
+        tar.extractall(rundir)
+    _emit("U")
+    if sys.stdin.buffer.readline().strip() != b"go":
+        _emit("X aborted")
+        return 0
+    for suffix in (".pgid", ".exit", ".stopped"):
+        try:
+            os.unlink(os.path.join(rundir, node + suffix))
+        except OSError:
+            pass
+    with open(os.devnull, "r+b") as null:
+        # start_new_session: setsid, so the run is its own session and process group, detached from SSH.
+        child = subprocess.Popen(["sh", node + ".sh"], cwd=rundir, stdin=null, stdout=null, stderr=null, start_new_session=True)
+    _emit("P %d" % child.pid)
+    return cmd_follow(rundir, node, 0, tick, child=child)
+
+
+def cmd_follow(rundir, node, offset, tick, child=None):
     """Stream the node log, framed, with ticks; end with the exit code."""
     log = os.path.join(rundir, node + ".log")
     pgid_file = os.path.join(rundir, node + ".pgid")
@@ -194,8 +243,12 @@ def cmd_follow(rundir, node, offset, tick):
     last_tick = 0.0
     gone_since = None
     waited_since = time.time()
+    if child is not None:
+        pgid = child.pid
     while True:
         now = time.time()
+        if child is not None:
+            child.poll()  # reap our own child, so the group check below never sees a zombie
         if now - last_tick >= tick:
             _emit("T %.3f" % now)
             last_tick = now
@@ -239,7 +292,8 @@ def cmd_follow(rundir, node, offset, tick):
         if pgid is None and now - waited_since > 30 and not os.path.exists(log):
             _emit("X missing")
             return 0
-        time.sleep(0.2)
+        # Poll fast until torchrun is up (the launch waits for the pgid), then at an easy pace.
+        time.sleep(0.2 if pgid is not None else 0.02)
 
 
 def _flush_pending(pending, offset):
@@ -253,6 +307,8 @@ def main(argv):
         print("usage: follow|kill|signal|ps ...", file=sys.stderr)
         return 2
     command, args = argv[0], argv[1:]
+    if command == "launch":
+        return cmd_launch(args[0], float(args[1]))
     if command == "follow":
         return cmd_follow(args[0], args[1], int(args[2]), float(args[3]))
     if command == "kill":

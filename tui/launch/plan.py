@@ -19,8 +19,11 @@ record which node got which global ranks from the workloads' ``started`` lines (
 
 from __future__ import annotations
 
+import io
 import re
 import shlex
+import tarfile
+import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
@@ -31,10 +34,10 @@ __all__ = [
     "RUN_ID_RE",
     "WORKLOAD_PACKAGE",
     "build_plan",
+    "make_payload",
     "node_processes",
     "quote_path",
     "rundir_rel",
-    "start_command",
     "start_script",
     "torchrun_argv",
 ]
@@ -45,6 +48,7 @@ WORKLOAD_PACKAGE = "ftwiz_workloads"
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: torchrun prefixes every worker line with this (global rank), see ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
+
 
 
 @dataclass
@@ -263,18 +267,13 @@ def _interface_fallback(master: str) -> list[str]:
     ]
 
 
-def start_command(node: str, rundir_abs: str, *, wait_s: float = 10.0) -> str:
-    """The shell command that starts ``<node>.sh`` in its own session and prints ``ftwiz-pgid <pgid>``.
-
-    The script runs under ``setsid`` with stdin/stdout/stderr detached from the SSH channel, so
-    closing the channel (detach, a dead controller) never signals it.
-    """
-    run_dir = shlex.quote(rundir_abs)
-    name = shlex.quote(node)
-    tries = max(1, int(wait_s / 0.1))
-    return (
-        f"cd {run_dir} && rm -f {name}.pgid {name}.exit {name}.stopped && "
-        f"(setsid sh {name}.sh < /dev/null > /dev/null 2>&1 &) && "
-        f"i=0; while [ ! -s {name}.pgid ] && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; "
-        f'if [ -s {name}.pgid ]; then echo "ftwiz-pgid $(cat {name}.pgid)"; else echo "ftwiz-pgid-missing"; exit 98; fi'
-    )
+def make_payload(files: Mapping[str, bytes]) -> bytes:
+    """``files`` (relative path → content) as one uncompressed tar (the node helper unpacks it)."""
+    buffer = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

@@ -154,7 +154,7 @@ class Run:
         self.run_id = run_id or new_run_id()
         self.options = options or RunOptions()
         self.reports = dict(reports or {})
-        self.network_env = network_env
+        self.network_env = network_env if network_env is not None else _plan_network(config, self.reports)
         self.resume = resume
         self.output_dir = output_dir or config.job.output_dir
         self.progress = ProgressModel()
@@ -170,7 +170,6 @@ class Run:
         self._finished: Optional[RunResult] = None
         self._started_at: Optional[float] = None
         self._node_tail: dict[str, deque] = {n.name: deque(maxlen=200) for n in config.nodes}
-        self._rank_tail: dict[int, deque] = {}
         self._root_causes: list[dict[str, Any]] = []
         self._pending_root: dict[str, dict[str, Any]] = {}
         self._in_root: dict[str, bool] = {}
@@ -360,8 +359,7 @@ class Run:
             stored = load_record(base, run_id)
         except (OSError, ValueError):
             stored = {}
-        run = cls.__new__(cls)
-        run.__init__(config, run_id=run_id, options=options, resume=bool(stored.get("resume")), output_dir=stored.get("output_dir"), resumed_from=stored.get("resumed_from"))
+        run = cls(config, run_id=run_id, options=options, resume=bool(stored.get("resume")), output_dir=stored.get("output_dir"), resumed_from=stored.get("resumed_from"))
         # Keep what the launch recorded; the attach adds to it.
         merged = dict(stored)
         merged.update({k: v for k, v in run.record.data.items() if k not in stored or k in ("status",)})
@@ -519,14 +517,15 @@ class Run:
         prefix = f"{node}/{'-' if rank is None else rank}"
         shown = f"{prefix} | {text}"
         self.record.log(node, shown)
-        self._node_tail[node].append(shown)
+        obj = parse_protocol(text)
+        if obj is None or obj.get("ftwiz") in ("error", "note"):
+            # Protocol chatter (heartbeats, progress) would push the useful lines out of the tail.
+            self._node_tail[node].append((rank, shown))
         if rank is not None:
-            self._rank_tail.setdefault(rank, deque(maxlen=self.options.last_lines)).append(shown)
             if _STACK_RE.match(text):
                 self._dumped.add(rank)
         else:
             self._parse_root_cause(node, text)
-        obj = parse_protocol(text)
         if obj is not None:
             kind = obj.get("ftwiz")
             if self.progress.update(node, rank, obj):
@@ -669,9 +668,11 @@ class Run:
         self._pump(0.05)
         unreaped = self._reap(to_reap, leftovers)
         failed_node, failed_rank = self._attribute(trigger_node, trigger_rank)
-        last = list(self._rank_tail.get(failed_rank, [])) if failed_rank is not None else []
-        if failed_node is not None and len(last) < 5:
-            last = list(self._node_tail.get(failed_node, []))[-self.options.last_lines:]
+        last: list[str] = []
+        if failed_node is not None:
+            # The failed rank's own words plus torchrun's (its failure summary names the signal).
+            last = [shown for rank, shown in self._node_tail.get(failed_node, []) if failed_rank is None or rank in (failed_rank, None)]
+            last = last[-self.options.last_lines:]
         exit_code = EXIT_STOPPED if status == "stopped" else EXIT_FAILED
         result = RunResult(
             self.run_id,
@@ -811,8 +812,7 @@ class Run:
             stored = load_record(base, run_id)
         except (OSError, ValueError):
             stored = {}
-        run = cls.__new__(cls)
-        run.__init__(config, run_id=run_id, options=options)
+        run = cls(config, run_id=run_id, options=options)
         merged = dict(stored)
         merged.update({k: v for k, v in run.record.data.items() if k not in stored})
         run.record.data = merged
@@ -832,6 +832,22 @@ class Run:
         reason = "stopped with ftwiz --stop" + ("" if ok else f"; not reached: {', '.join(failed)}" if failed else "; leftovers remain")
         result = RunResult(run_id, "stopped", EXIT_OK if ok else EXIT_FAILED, reason=reason, leftovers=leftovers, unreaped=failed)
         return run._finish(result)
+
+
+def _plan_network(config: FtwizConfig, reports: Mapping[str, Any]) -> Optional[dict[str, dict[str, str]]]:
+    """The network plan's per-node environment from the agents' reports (None without reports).
+
+    A node the plan has no interface for falls back, on the node, to the interface that routes to
+    the master (see :func:`tui.launch.plan.start_script`).
+    """
+    if not reports:
+        return None
+    try:
+        from shared.netplan import node_env
+
+        return node_env(config, reports)
+    except Exception:  # a plan that cannot be made is the checklist's to report, not a reason not to start
+        return None
 
 
 def _agent_stop(config: FtwizConfig, node: str, run_id: str) -> Optional[dict]:

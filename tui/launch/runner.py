@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import queue
+import shlex
 import threading
 import time
 from concurrent.futures import Future
@@ -20,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from shared.config import ClusterConfig, NodeConfig
 from tui.launch.links import LinkLost, NodeLink, open_link, python_command
-from tui.launch.plan import quote_path, rundir_rel, start_command
+from tui.launch.plan import make_payload, quote_path, rundir_rel
 
 __all__ = ["NodeRunner", "NODESIDE_SOURCE"]
 
@@ -160,35 +161,76 @@ class NodeRunner:
 
     # ------------------------------------------------------------------ commands (runner thread)
 
+    def _launch_command(self) -> str:
+        workdir = quote_path(self.node.workdir)
+        rel = shlex.quote(rundir_rel(self.run_id))
+        helper = python_command(self.node.python, NODESIDE_SOURCE, "launch", self.name, str(self.tick_s))
+        return f"exec 2>&1; mkdir -p {workdir}/{rel} && cd {workdir}/{rel} && exec {helper}"
+
+    def _expect(self, wanted: str, timeout: float, said: list[str]) -> str:
+        """Read the launch exchange until a ``wanted`` frame; anything unframed is the node's complaint."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: no answer from the node within {timeout:g} s{_said(said)}")
+            try:
+                line = self._stream.readline(0.5) if self._stream is not None else None
+            except EOFError:
+                self._drop_stream()
+                raise RuntimeError(f"{self.name}: the node ended the launch{_said(said)} — check python = {self.node.python!r} and workdir = {self.node.workdir!r} for {self.name}") from None
+            if line is None:
+                if self._stream is None:
+                    raise RuntimeError(f"{self.name}: the node ended the launch{_said(said)}")
+                continue
+            self.last_rx = time.monotonic()
+            kind, _, rest = line.partition(" ")
+            if kind == wanted:
+                return rest
+            if kind == "X":
+                raise RuntimeError(f"{self.name}: the node refused the job ({rest}){_said(said)}")
+            if kind in ("T", "L"):
+                self._handle(line)
+            elif line.strip():
+                said.append(line.strip())
+
     def prepare(self, build_files: Callable[[str, str], Mapping[str, bytes]]) -> str:
-        """Create the run directory, learn the absolute workdir, upload ``build_files(workdir, rundir)``."""
-        rel = rundir_rel(self.run_id)
-        result = self._exec(f"mkdir -p {quote_path(self.node.workdir)}/{rel} && cd {quote_path(self.node.workdir)} && pwd", timeout=30)
-        if result.status != 0 or not result.stdout.strip():
-            raise RuntimeError(
-                f"{self.name}: cannot create {self.node.workdir}/{rel}: {result.stderr.strip() or 'no output'}"
-                f" — fix workdir for {self.name} in ftwiz.toml or the permissions on the node"
-            )
-        self.workdir_abs = result.stdout.strip().splitlines()[-1]
-        self.rundir_abs = f"{self.workdir_abs}/{rel}"
-        files = build_files(self.workdir_abs, self.rundir_abs)
+        """Open the node's launch exec: create the run directory, learn its absolute path, send the job.
+
+        Nothing starts until :meth:`launch`; a prepared node whose link is closed starts nothing.
+        """
+        link = self._need_link()
+        said: list[str] = []
         try:
-            self._need_link().put_files(self.rundir_abs, files)
+            self._stream = link.stream(self._launch_command())
+            self.rundir_abs = self._expect("R", 30, said).strip()
+            self.workdir_abs = self.rundir_abs[: -len(rundir_rel(self.run_id)) - 1]
+            payload = make_payload(build_files(self.workdir_abs, self.rundir_abs))
+            self._stream.send(f"payload {len(payload)}\n".encode() + payload)
+            self._expect("U", 60, said)
         except LinkLost:
+            self._drop_stream()
             self._drop_link()
+            raise
+        except BaseException:
+            self._drop_stream()
             raise
         return self.rundir_abs
 
-    def launch(self) -> int:
-        """Start ``<node>.sh`` in its own session; learn the pgid; start following the log."""
-        assert self.rundir_abs is not None
-        result = self._exec(start_command(self.name, self.rundir_abs), timeout=30)
-        for line in result.stdout.splitlines():
-            if line.startswith("ftwiz-pgid ") and line.split()[1].isdigit():
-                self.pgid = int(line.split()[1])
-        if self.pgid is None:
-            raise RuntimeError(f"{self.name}: torchrun did not start (exit {result.status}): {(result.stderr or result.stdout).strip()[-400:]}")
-        self.follow(0)
+    def launch(self, timeout: float = 30.0) -> int:
+        """Say ``go``: the node starts ``<node>.sh`` in its own session and streams its log. Returns the pgid."""
+        if self._stream is None:
+            raise RuntimeError(f"{self.name}: not prepared")
+        said: list[str] = []
+        try:
+            self._stream.send(b"go\n")
+            self.pgid = int(self._expect("P", timeout, said).strip())
+        except LinkLost:
+            self._drop_stream()
+            self._drop_link()
+            raise
+        self.offset, self.following, self.lost = 0, True, False
+        self.last_rx = time.monotonic()
+        self.outbox.put(("pgid", self.name, self.pgid))
         return self.pgid
 
     def locate(self) -> str:
@@ -207,7 +249,7 @@ class NodeRunner:
         self._drop_stream()
         link = self._need_link()
         try:
-            self._stream = link.stream(python_command(self.node.python, NODESIDE_SOURCE, "follow", self.rundir_abs, self.name, str(offset), str(self.tick_s)))
+            self._stream = link.stream("exec 2>&1; " + python_command(self.node.python, NODESIDE_SOURCE, "follow", self.rundir_abs, self.name, str(offset), str(self.tick_s)))
         except LinkLost:
             self._drop_link()
             raise
@@ -281,7 +323,14 @@ class NodeRunner:
         elif kind == "P" and rest.strip().isdigit():
             self.pgid = int(rest.strip())
             self.outbox.put(("pgid", self.name, self.pgid))
+        elif kind not in ("L", "T", "P", "X") and line.strip():
+            # Not a frame: the helper or the shell complained (a traceback, a missing python).
+            self.outbox.put(("line", self.name, f"ftwiz-node-helper: {line}"))
         elif kind == "X":
             self.exit = rest.strip()
             self._drop_stream()
             self.outbox.put(("exit", self.name, self.exit))
+
+
+def _said(lines: list[str]) -> str:
+    return f": {' / '.join(lines)[-400:]}" if lines else ""

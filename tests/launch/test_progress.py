@@ -1,0 +1,75 @@
+"""The progress model and the headless printer (pure; lines as the workloads print them)."""
+
+from __future__ import annotations
+
+import io
+
+from tui.launch.commands import HeadlessPrinter
+from tui.launch.events import LogLine, NodeState, NodeStateChanged, ProgressChanged, RunFinished, RunNote, RunResult
+from tui.launch.progress import ProgressModel, format_progress, parse_protocol, split_rank
+
+
+def test_split_rank_and_parse_protocol():
+    assert split_rank('[rank12]:{"ftwiz":"heartbeat","rank":12,"step":3}') == (12, '{"ftwiz":"heartbeat","rank":12,"step":3}')
+    assert split_rank("W1122 torch warning") == (None, "W1122 torch warning")
+    assert parse_protocol('{"ftwiz":"progress","step":1}') == {"ftwiz": "progress", "step": 1}
+    assert parse_protocol("loss went down") is None
+    assert parse_protocol('{"ftwiz": ') is None
+
+
+def test_progress_eta_and_fields():
+    model = ProgressModel()
+    model.update("n0", 0, {"ftwiz": "started", "rank": 0, "local_rank": 0, "world_size": 2, "pid": 10}, now=0.0)
+    model.update("n1", 1, {"ftwiz": "started", "rank": 1, "local_rank": 0, "world_size": 2, "pid": 11}, now=0.0)
+    for step in range(1, 6):
+        model.update("n0", 0, {"ftwiz": "progress", "rank": 0, "step": step, "total_steps": 25, "loss": 3.0 - step * 0.1,
+                               "learning_rate": 2e-4, "tokens_per_s": 1500.0, "epoch": step / 50}, now=float(step * 2))
+    snap = model.snapshot
+    assert (snap.step, snap.total_steps, snap.world_size, snap.ranks_started) == (5, 25, 2, 2)
+    assert abs(snap.loss - 2.5) < 1e-9 and snap.learning_rate == 2e-4 and snap.epoch == 0.1
+    assert abs(snap.steps_per_s - 0.5) < 1e-9
+    assert abs(snap.eta_s - 40.0) < 1e-9  # 20 steps left at 0.5 step/s
+    assert model.ranks[1].node == "n1" and model.last_moved == {0: 10.0}
+    line = format_progress(snap)
+    assert "step 5/25" in line and "loss 2.5" in line and "ETA 0:40" in line and "1,500 tok/s" in line
+
+
+def test_heartbeats_move_ranks_without_changing_the_snapshot():
+    model = ProgressModel()
+    assert model.update("n1", 3, {"ftwiz": "heartbeat", "rank": 3, "step": 7}, now=5.0) is False
+    assert model.last_moved[3] == 5.0 and model.last_step[3] == 7
+    model.update("n1", 3, {"ftwiz": "error", "rank": 3, "message": "boom"}, now=6.0)
+    assert model.errors == [("n1", 3, "boom")]
+
+
+def test_checkpoint_allreduce_and_done():
+    model = ProgressModel()
+    model.update("n0", 0, {"ftwiz": "started", "rank": 0, "world_size": 1})
+    model.update("n0", 0, {"ftwiz": "checkpoint", "rank": 0, "step": 10, "path": "/x/checkpoint-10"})
+    model.update("n0", 0, {"ftwiz": "allreduce", "rank": 0, "size_bytes": 1 << 20, "algbw_gbps": 1.0, "busbw_gbps": 1.5, "correct": True})
+    model.update("n0", 0, {"ftwiz": "done", "rank": 0, "status": "ok"})
+    snap = model.snapshot
+    assert snap.last_checkpoint_step == 10 and snap.ranks_done == 1 and snap.allreduce[0]["busbw_gbps"] == 1.5
+    assert "ckpt @10" in format_progress(snap) and "busbw 1.5 GB/s" in format_progress(snap)
+
+
+def test_headless_printer():
+    out, err = io.StringIO(), io.StringIO()
+    printer = HeadlessPrinter(out, err)
+    printer(LogLine("node1", 2, '{"ftwiz":"started","rank":2,"local_rank":0,"world_size":4,"pid":9,"backend":"gloo"}', 0.0))
+    printer(LogLine("node1", 2, '{"ftwiz":"heartbeat","rank":2,"step":1}', 0.0))
+    printer(LogLine("node1", None, "W1122 a torchrun warning", 0.0))
+    model = ProgressModel()
+    model.update("node0", 0, {"ftwiz": "progress", "rank": 0, "step": 1, "total_steps": 10, "loss": 2.0})
+    printer(ProgressChanged(model.snapshot))
+    printer(NodeStateChanged("node1", NodeState.RUNNING, "pgid 5"))
+    printer(RunNote("stopping every node: x", "error"))
+    printer(RunFinished(RunResult("r1", "failed", 1, reason="torchrun on node1 exited with code 1", failed_node="node1", failed_rank=2,
+                                  last_lines=["node1/2 | Traceback"], unreaped=["node2"])))
+    text = out.getvalue()
+    assert "node1/2 | started: rank 2 of 4" in text and "heartbeat" not in text
+    assert "node1/- | W1122 a torchrun warning" in text and "progress | step 1/10  loss 2" in text
+    notes = err.getvalue()
+    assert "node1: running (pgid 5)" in notes and "ERROR: stopping every node" in notes
+    assert "failed: node node1 rank 2" in notes and "    node1/2 | Traceback" in notes
+    assert "ftwiz --stop r1" in notes
