@@ -15,7 +15,7 @@ import argparse
 import sys
 import traceback
 
-from .dist import destroy_process_group, init_process_group, ranks_from_env, register_stack_dump
+from .dist import destroy_process_group, die_with_parent, init_process_group, ranks_from_env, register_stack_dump
 from .errors import WorkloadError, report_error
 from .spec import load_spec
 
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_spec(path: str, *, resume: str | None = None) -> int:
     """Run the workload the spec names on this rank; every failure ends as an ``error`` line and a code."""
     register_stack_dump()
+    die_with_parent()
     ranks = ranks_from_env()
     started = False
     try:

@@ -13,6 +13,8 @@ from datetime import timedelta
 from .errors import WorkloadError
 from .protocol import emit
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
 
 @dataclass(frozen=True)
 class Ranks:
@@ -51,6 +53,27 @@ def register_stack_dump() -> None:
     """On SIGUSR1, write every thread's Python stack to stderr (the launcher's dump before a stall stop)."""
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+
+
+def die_with_parent() -> None:
+    """Under torchrun, have the kernel SIGKILL this worker when its torchrun agent dies (Linux).
+
+    torchrun starts every worker in a session of its own, so a SIGKILL to torchrun's process group
+    (or the OOM killer taking torchrun) would otherwise orphan the workers, and a worker stuck in a
+    collective would never end. torchrun spawns workers from its main thread, which lives as long as it.
+    """
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not fatal: the launcher's stop-all still reaps by FTWIZ_RUN_ID
+    if os.getppid() == 1 or os.getppid() != parent:  # the agent died before the request took effect
+        os._exit(128 + signal.SIGKILL)
 
 
 def init_process_group(ranks: Ranks, *, workload: str, timeout_s: float) -> str:

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from tests.workloads.helpers import PACKAGE, finish, free_port, kill_group, parse_records, run, start, torchrun_argv, write_spec
@@ -78,6 +79,21 @@ def test_sigusr1_dumps_every_thread_stack(rundir, tmp_path):
     stderr = proc.stderr.read()
     assert "Current thread" in stderr or "Thread 0x" in stderr, stderr[-2000:]
     assert "allreduce.py" in stderr  # the dump shows where the rank was
+
+
+def test_workers_die_with_a_killed_torchrun(rundir, tmp_path):
+    """torchrun puts workers in sessions of their own; SIGKILL to torchrun must still not orphan them."""
+    spec = write_spec(tmp_path, workload="allreduce", sizes_mb=[1], iterations=100_000, warmup_iterations=0)
+    proc = start(torchrun_argv(spec, nproc=2), rundir)
+    try:
+        pids = _started_pids(proc, count=2, timeout=90)
+        os.kill(proc.pid, signal.SIGKILL)  # the agent only, as the OOM killer would
+        proc.wait(timeout=30)
+        workers = [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
+        gone, alive = psutil.wait_procs(workers, timeout=20)
+        assert not alive, f"workers outlived torchrun: {[p.pid for p in alive]}"
+    finally:
+        kill_group(proc)
 
 
 def _started_pids(proc, *, count: int, timeout: float) -> list[int]:
