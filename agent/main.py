@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 from typing import AsyncIterator, Optional
 
 from fastapi import Depends, FastAPI, Request
@@ -31,6 +32,11 @@ def create_app(settings: AgentSettings, *, sampler: Optional[Sampler] = None) ->
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.sampler.start()
+        app.openapi()  # build the schema now, not on the first /openapi.json request
+        # Startup objects (FastAPI, pydantic schemas) never die: keep them out of the collector's
+        # scans so a full collection does not stall a request.
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:

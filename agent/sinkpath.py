@@ -38,13 +38,27 @@ _SINK_BUFFER = 1 << 20
 
 
 def sink_fast_path_protocol(
-    *, token: str, inner: type = AutoHTTPProtocol, max_bytes: int = SINK_MAX_BYTES, max_seconds: float = SINK_MAX_SECONDS
+    *,
+    token: str,
+    inner: type = AutoHTTPProtocol,
+    max_bytes: int = SINK_MAX_BYTES,
+    max_seconds: float = SINK_MAX_SECONDS,
+    stall_grace_s: float = 5.0,
 ) -> type[asyncio.BufferedProtocol]:
-    """A protocol class for ``uvicorn.Config(http=...)`` bound to this agent's token and caps."""
+    """A protocol class for ``uvicorn.Config(http=...)`` bound to this agent's token and caps.
+
+    A request still incomplete ``max_seconds + stall_grace_s`` after its first byte is cut off.
+    """
     return type(
         "SinkFastPathProtocol",
         (_SinkFastPath,),
-        {"_token": token.encode("utf-8"), "_inner_class": inner, "_max_bytes": max_bytes, "_max_seconds": max_seconds},
+        {
+            "_token": token.encode("utf-8"),
+            "_inner_class": inner,
+            "_max_bytes": max_bytes,
+            "_max_seconds": max_seconds,
+            "_stall_grace_s": stall_grace_s,
+        },
     )
 
 
@@ -53,6 +67,7 @@ class _SinkFastPath(asyncio.BufferedProtocol):
     _inner_class: type
     _max_bytes: int
     _max_seconds: float
+    _stall_grace_s: float
 
     def __init__(self, config: Any, server_state: Any, app_state: Any, _loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
         self._inner = self._inner_class(config=config, server_state=server_state, app_state=app_state, _loop=_loop)
@@ -61,6 +76,7 @@ class _SinkFastPath(asyncio.BufferedProtocol):
         self._head = bytearray()
         self._buffer = bytearray(_SNIFF_BUFFER)
         self._body: Optional[_BodyCounter] = None
+        self._deadline: Optional[asyncio.TimerHandle] = None
 
     # -- asyncio protocol ---------------------------------------------------------------------------
 
@@ -88,6 +104,8 @@ class _SinkFastPath(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
         self._inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -110,6 +128,8 @@ class _SinkFastPath(asyncio.BufferedProtocol):
                 self._inner.data_received(data)
                 return
             self._mode = "head"
+            # A client that stops sending (head or body) must not hold the connection forever.
+            self._deadline = asyncio.get_running_loop().call_later(self._max_seconds + self._stall_grace_s, self._on_deadline)
         end = self._head.find(b"\r\n\r\n")
         if end < 0:
             if len(self._head) > _MAX_HEAD:
@@ -153,6 +173,13 @@ class _SinkFastPath(asyncio.BufferedProtocol):
         elif self._body.done:
             self._finish()
 
+    def _on_deadline(self) -> None:
+        if self._mode == "body":
+            self._respond(413, {"detail": f"body still streaming after the sink's cap of {self._max_seconds:g} s"})
+        elif self._mode == "head":
+            self._mode = "done"
+            self._transport.close()
+
     # -- body -------------------------------------------------------------------------------------
 
     def _feed_body(self, start: int, end: int) -> None:
@@ -178,6 +205,8 @@ class _SinkFastPath(asyncio.BufferedProtocol):
         if self._mode == "done":
             return
         self._mode = "done"
+        if self._deadline is not None:
+            self._deadline.cancel()
         content = json.dumps(payload).encode()
         reason = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 413: b"Content Too Large", 431: b"Request Header Fields Too Large"}
         self._transport.write(

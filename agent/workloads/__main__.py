@@ -46,7 +46,6 @@ def run_spec(path: str, *, resume: str | None = None) -> int:
     register_stack_dump()
     die_with_parent()
     ranks = ranks_from_env()
-    started = False
     try:
         spec = load_spec(path)
         if resume:
@@ -57,7 +56,6 @@ def run_spec(path: str, *, resume: str | None = None) -> int:
 
             plan = sft.preflight(spec)  # before the rendezvous: a bad input must not leave peers waiting
         backend = init_process_group(ranks, workload=spec["workload"], timeout_s=spec.dist_timeout_s)
-        started = True
         if spec["workload"] == "allreduce":
             from . import allreduce
 
@@ -71,7 +69,7 @@ def run_spec(path: str, *, resume: str | None = None) -> int:
         report_error(f"unexpected {type(exc).__name__}: {exc}", rank=ranks.rank)
         traceback.print_exc()
         return 1
-    if started and code == 0:
+    if code == 0:
         destroy_process_group()
     return code
 

@@ -119,3 +119,40 @@ def test_body_counter_handles_any_split() -> None:
             counter.feed(buffer, position, min(len(stream), position + step))
             position += step
         assert counter.done and counter.received == sum(map(len, chunks))
+
+
+def test_a_stalled_sink_client_is_cut_off() -> None:
+    """In-process, with a 0.2 s cap: a client that sends half a body and stops gets a 413."""
+    import asyncio
+
+    from agent.sinkpath import sink_fast_path_protocol
+
+    class Inner:  # stands in for uvicorn's protocol, which this connection never reaches
+        def __init__(self, **kwargs) -> None: ...
+        def connection_made(self, transport) -> None: ...
+        def connection_lost(self, exc) -> None: ...
+
+    class Transport:
+        def __init__(self) -> None:
+            self.written, self.closed = b"", False
+        def write(self, data: bytes) -> None:
+            self.written += data
+        def close(self) -> None:
+            self.closed = True
+
+    async def scenario() -> Transport:
+        protocol = sink_fast_path_protocol(token="t" * 20, inner=Inner, max_seconds=0.2, stall_grace_s=0.1)(config=None, server_state=None, app_state=None)
+        transport = Transport()
+        protocol.connection_made(transport)
+        data = b"POST /v1/sink HTTP/1.1\r\nAuthorization: Bearer " + b"t" * 20 + b"\r\nContent-Length: 100\r\n\r\nhalf"
+        buffer = protocol.get_buffer(-1)
+        buffer[: len(data)] = data
+        protocol.buffer_updated(len(data))
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if transport.closed:
+                break
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert transport.closed and transport.written.startswith(b"HTTP/1.1 413")
