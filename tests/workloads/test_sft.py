@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -72,7 +73,8 @@ def _assert_clean_failure(result: Result, message: str) -> None:
     assert result.returncode == 2, result.output
     errors = result.kind("error")
     assert errors and all(message in e["message"] for e in errors), result.output
-    assert "ftwiz: error (rank 0): " in result.stderr and message in result.stderr
+    # whichever rank fails first speaks; torchrun may stop the others before they do
+    assert re.search(r"ftwiz: error \(rank \d\): ", result.stderr) and message in result.stderr
     assert "Traceback" not in result.output, result.output
 
 
