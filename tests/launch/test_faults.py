@@ -107,3 +107,33 @@ def test_refused_sshd_at_launch_is_a_clear_error_and_nothing_runs(cluster3, tmp_
     assert not run_pids(run.run_id)
     record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
     assert record["status"] == "launch_failed"
+
+
+def test_every_node_silent_at_once_keeps_the_run_and_reattaches(cluster3, tmp_path):
+    """The operator's side of the network goes (SSH to every node dropped, the nodes still talk to
+    each other): the run is kept, and supervision resumes once the nodes answer again."""
+    config = long_allreduce(cluster3, gpus=(1, 1, 1), stall_timeout_s=300)
+    config.cluster.ssh_keepalive_s = 1.0  # silent after 4 s
+    run = make_run(config, tmp_path, options=RunOptions(reap_connect_timeout_s=2.0))
+    watched = RunThread(run).start()
+    try:
+        assert watched.wait_ranks(3, 120), watched.notes()
+        for node in cluster3.nodes:
+            node.nft_block_port(22)
+        try:
+            assert wait_until(lambda: any("every node stopped answering" in n for n in watched.notes()), 20), watched.notes()
+            time.sleep(3.0)
+            assert watched.finished_at is None, watched.notes()
+            for name in ("node0", "node1", "node2"):
+                assert run_pids(run.run_id, name), f"{name}'s processes were stopped"
+        finally:
+            for node in cluster3.nodes:
+                node.nft_flush()
+        assert wait_until(lambda: any("answers again" in n for n in watched.notes()), 60), watched.notes()
+        beats = len([l for l in watched.lines() if '"heartbeat"' in l.text])
+        assert wait_until(lambda: len([l for l in watched.lines() if '"heartbeat"' in l.text]) > beats + 3, 60)
+        assert watched.finished_at is None
+    finally:
+        run.request_stop("test over")
+    result = watched.join(60)
+    assert result.status == "stopped" and not run_pids(run.run_id)

@@ -470,6 +470,8 @@ class Run:
                             reconnects[r.name] = r.submit(lambda r=r: r.reconnect(timeout=opts.reap_connect_timeout_s))
                     continue
                 offline_since = back_since = None
+                for rank in self.progress.last_moved:  # the silence was ours, not the ranks'
+                    self.progress.last_moved[rank] = now
                 self._note("every node answers again; supervision resumed")
                 for r in active:
                     self._set_state(r.name, NodeState.RUNNING)
@@ -569,8 +571,11 @@ class Run:
                 started = sorted(self.progress.ranks) or []
                 return started
             return None
-        stalled = sorted(r for r, t in moved.items() if now - t > job.stall_timeout_s)
-        return stalled or None
+        if not any(now - t > job.stall_timeout_s for t in moved.values()):
+            return None
+        # The first rank past the timeout triggers; name every rank that has been still for a good
+        # while too (a hang stops its peers within a step, so their silences differ by moments).
+        return sorted(r for r, t in moved.items() if now - t > job.stall_timeout_s / 2)
 
     def _stall_stop(self, stalled: list[int]) -> RunResult:
         job = self.config.job
