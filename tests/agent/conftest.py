@@ -115,15 +115,15 @@ def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.2, what: str 
         time.sleep(interval_s)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def agent_dir(tmp_path_factory) -> Path:
-    """A private folder for a module's agents (token files, logs)."""
+    """A private folder for the agents of this test session (token files, logs)."""
     directory = tmp_path_factory.mktemp("agent")
     os.chmod(directory, 0o700)
     return directory
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def agent(agent_dir: Path) -> Iterator[AgentProcess]:
     """A GPU-less agent on this machine (live NVML, which finds no driver here)."""
     process = AgentProcess(agent_dir, node_name="plain", extra_args=["--stop-grace", "1"])
@@ -131,7 +131,7 @@ def agent(agent_dir: Path) -> Iterator[AgentProcess]:
     process.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gpu_agent(agent_dir: Path) -> Iterator[AgentProcess]:
     """An agent serving the constructed 8x H100 fixture (its own token)."""
     process = AgentProcess(agent_dir, node_name="h100", extra_args=["--gpu-fixture", str(H100_SXM_8X)])
@@ -139,7 +139,7 @@ def gpu_agent(agent_dir: Path) -> Iterator[AgentProcess]:
     process.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def client(agent: AgentProcess) -> Iterator[httpx.Client]:
     """Authenticated client of ``agent``."""
     with agent.client() as http:

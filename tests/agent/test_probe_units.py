@@ -172,3 +172,16 @@ def test_refresh_software_reuses_a_fresh_probe() -> None:
     assert not ran and reused is first and calls == ["/opt/py"]
     again, ran = sampler.refresh_software(max_age_s=0)
     assert ran and again.python == "2"
+
+
+def test_committed_fixtures_match_their_generator() -> None:
+    """The JSON files are exactly what agent/fixtures/make_fixtures.py writes (values traceable to it)."""
+    from agent.fixtures import make_fixtures
+
+    for path, data in (
+        (H100_SXM_8X, make_fixtures.h100_node()),
+        (H100_SXM_8X_DEGRADED, make_fixtures.h100_node(degraded=True)),
+        (RTX_4090_1X, make_fixtures.rtx4090_workstation()),
+    ):
+        assert json.loads(Path(path).read_text()) == data, f"{path} differs: run python -m agent.fixtures.make_fixtures"
+        assert "constructed from NVIDIA documentation, not recorded" in data["source"]
