@@ -352,7 +352,10 @@ class FtwizApp(App[int]):
     def _apply_run_event(self, event: Any) -> None:
         from tui.launch.events import LogLine, RunFinished
 
-        self.launch.apply(event)
+        try:
+            self.launch.apply(event)
+        except Exception as exc:  # a display bug must not lose the run's later events (or the app)
+            self.log.error(f"launch event {type(event).__name__} not shown: {type(exc).__name__}: {exc}")
         if not isinstance(event, LogLine):
             self._broadcast(RunUpdated(finished=isinstance(event, RunFinished)))
 

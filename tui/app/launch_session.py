@@ -97,14 +97,16 @@ Observer = Callable[[Any], None]
 
 
 def _readable(text: str) -> Optional[str]:
-    """A log line as the headless printer shows it: protocol lines hidden, ``started`` summarised."""
-    from tui.launch.commands import _QUIET_KINDS  # the headless printer's own list, so both hide the same lines
+    """A log line as the headless printer shows it: protocol lines summarised or hidden (they are progress)."""
     from tui.launch.progress import parse_protocol
 
     obj = parse_protocol(text)
-    if obj is None or obj.get("ftwiz") not in _QUIET_KINDS:
+    kind = obj.get("ftwiz") if obj is not None else None
+    if kind is None:
         return text
-    if obj.get("ftwiz") == "started":
+    if kind == "started":
         return (f"started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, "
                 f"pid {obj.get('pid')}, {obj.get('backend')})")
+    if kind in ("note", "error"):
+        return f"{kind}: {obj.get('message')}"
     return None

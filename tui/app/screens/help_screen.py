@@ -50,6 +50,8 @@ class HelpScreen(ModalScreen[None]):
                 continue
             if active.node is not self.app and active.node is not self._under:
                 continue  # widgets' own keys (arrows in tables and tabs) are summed up below the table
+            if any(word in binding.action for word in ("copy", "focus_next", "focus_previous", "command_palette")):
+                continue  # Textual's own keys, summed up below the table too
             key = self.app.get_key_display(binding)
             if key in seen:
                 continue

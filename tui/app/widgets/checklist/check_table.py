@@ -29,19 +29,29 @@ class CheckTable(DataTable):
         self._results: dict[str, Any] = {}
 
     def on_mount(self) -> None:
+        title, detail = self._widths()
         self.add_column("Status", key="status", width=7)
-        self.add_column("Check", key="title", width=30)
-        self.add_column("Node", key="node", width=10)
-        self.add_column("Detail", key="detail", width=self._detail_width())
+        self.add_column("Check", key="title", width=title)
+        self.add_column("Node", key="node", width=8)
+        self.add_column("Detail", key="detail", width=detail)
 
-    def _detail_width(self) -> int:
-        # The detail column takes what the fixed columns leave (padding 2 per column, scrollbar 2).
-        return max(self.size.width - (7 + 30 + 10) - 8 - 2, 20)
+    def _widths(self) -> tuple[int, int]:
+        # Titles get 30 cells on a wide terminal, 22 on 80 columns; the detail takes the rest
+        # (cell padding 2 per column, a scrollbar 2).
+        width = self.size.width or 80
+        title = 30 if width >= 110 else 22
+        return title, max(width - (7 + title + 8) - 8 - 2, 20)
 
     def on_resize(self) -> None:
-        column = self.columns.get("detail")  # type: ignore[call-overload]
-        if column is not None and column.width != self._detail_width():
-            column.width = self._detail_width()
+        title, detail = self._widths()
+        changed = False
+        for key, value in (("title", title), ("detail", detail)):
+            column = self.columns.get(key)  # type: ignore[call-overload]
+            if column is not None and column.width != value:
+                column.width = value
+                changed = True
+        if changed:
+            self._require_update_dimensions = True
             self.refresh()
 
     def show(self, results: Sequence[Any], palette: Palette, *, running: Sequence[str] = ()) -> None:
