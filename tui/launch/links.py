@@ -266,7 +266,9 @@ def open_link(node: NodeConfig, cluster: ClusterConfig, *, timeout: Optional[flo
 
 
 def python_command(python: str, source: str, *args: str) -> str:
-    """``<python> -c <source> ARGS...`` with every piece quoted (a leading ``~/`` in ``python`` expands)."""
+    """``<python> -I -S -c <source> ARGS...`` with every piece quoted (a leading ``~/`` in ``python`` expands)."""
     from tui.launch.plan import quote_path
 
-    return " ".join([quote_path(python), "-c", shlex.quote(source), *(shlex.quote(a) for a in args)])
+    # -I -S: the helper needs only the standard library; skip site-packages and PYTHON* variables,
+    # which start faster and cannot be broken by the node's environment.
+    return " ".join([quote_path(python), "-I", "-S", "-c", shlex.quote(source), *(shlex.quote(a) for a in args)])

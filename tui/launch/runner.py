@@ -99,8 +99,10 @@ class NodeRunner:
     def _loop(self) -> None:
         try:
             while not self._closing:
-                self._run_commands(block=self._stream is None)
-                if self._stream is not None:
+                # A prepared node's exec waits for "go" and says nothing: read only once it runs.
+                reading = self._stream is not None and self.following
+                self._run_commands(block=not reading)
+                if self._stream is not None and self.following:
                     self._read_stream()
         finally:
             self._drop_stream()
@@ -292,9 +294,9 @@ class NodeRunner:
     def _read_stream(self) -> None:
         # Read for a short while, then go back to the command queue.
         deadline = time.monotonic() + 0.3
-        while self._stream is not None and time.monotonic() < deadline:
+        while self._stream is not None and time.monotonic() < deadline and self._commands.empty():
             try:
-                line = self._stream.readline(0.2)
+                line = self._stream.readline(0.1)
             except EOFError:
                 self._drop_stream()
                 if self.exit is None:
