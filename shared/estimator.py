@@ -240,6 +240,26 @@ def layer_activation_bytes_per_token(
     return float(total)
 
 
+def _first_layer_discount(arch: ModelArch, job: JobConfig) -> float:
+    """Bytes per token the first layer does not save when only adapters train (no checkpointing).
+
+    The frozen embeddings' output needs no gradient, so layer 0 keeps nothing until the first adapter:
+    its first norm saves nothing, and in a parallel block (Phi, GPT-NeoX: the MLP reads the layer input,
+    not the attention output) the MLP saves nothing either unless an MLP projection is adapted
+    (measured on CPU, tests/planning/data/cpu_measured.json).
+    """
+    if job.method == "full" or job.gradient_checkpointing:
+        return 0.0
+    h = arch.hidden_size
+    discount = 4.0 * h if arch.norm == "rms" else 2.0 * h
+    parallel = arch.model_type in ("phi", "gpt_neox")
+    mlp_names = {lin.name for lin in linear_layers(arch)[-3:]} | {"gate_proj", "up_proj", "down_proj", "fc1", "fc2"}
+    adapted = {lin.name for lin in _targeted(arch, job.target_modules)}
+    if parallel and not (adapted & mlp_names):
+        discount += 2 * _mlp_saved_elements(arch, down_trainable=False) * arch.intermediate_size
+    return discount
+
+
 def _eager_attention_bytes(arch: ModelArch, job: JobConfig) -> float:
     """Per layer and sequence: the a×s×s tensors eager attention keeps (fp32 softmax 4 + bf16 probs 2, +2 tanh)."""
     per_element = 4 + 2 + (2 if arch.model_type == "gemma2" else 0)
@@ -311,7 +331,7 @@ def estimate(
         static.append(MemoryItem(
             name="weights", label="Model weights (NF4 + 16-bit rest)", bytes=w // shard,
             formula=f"{quantizable / 1e9:.2f}B layer-linear params × {bits:.3f} bits (NF4{' + double quant' if double_quant else ''})"
-                    f" + {other / 1e9:.2f}B embeddings/head/norms × {other_bytes} B" + (f" ÷ {shard} (FSDP)" if shard > 1 else ""),
+                    f" + {other / 1e9:.2f}B embeddings/head/norms × {other_bytes} B" + (f", ÷ {shard} (FSDP)" if shard > 1 else ""),
         ))
     elif amp:
         static.append(MemoryItem(
@@ -382,7 +402,7 @@ def estimate(
         act_formula = (f"checkpointing: {layers} layer inputs × b·s·h·{resid} B + one layer recomputed "
                        f"({per_layer / h:.1f}·h B/token{' + eager a·s² scores' if eager_layer else ''})")
     else:
-        ckpt = tokens * (layers * per_layer + final_norm + head_input) + layers * eager_layer
+        ckpt = tokens * (layers * per_layer + final_norm + head_input - _first_layer_discount(arch, job)) + layers * eager_layer
         recompute = 0.0
         act_formula = (f"{layers} layers × b·s × {per_layer / h:.1f}·h B (saved tensors per token"
                        f"{', SDPA: no s² term' if attention == 'sdpa' else ', eager: + a·s² scores'})")
