@@ -21,8 +21,8 @@ bearer_scheme = HTTPBearer(
 )
 
 
-def get_state(request: Request) -> AgentState:
-    """The running agent's state."""
+async def get_state(request: Request) -> AgentState:
+    """The running agent's state (async: FastAPI would run a plain function in a worker thread)."""
     return request.app.state.agent
 
 
@@ -30,7 +30,7 @@ async def require_token(
     request: Request, credentials: Optional[HTTPAuthorizationCredentials] = Security(bearer_scheme)
 ) -> None:
     """401 unless ``Authorization: Bearer <token>`` carries the agent token (constant-time compare)."""
-    expected = get_state(request).settings.token_bytes
+    expected = request.app.state.agent.settings.token_bytes
     presented = credentials.credentials.encode("utf-8", errors="replace") if credentials else b""
     # compare_digest on the full value also when the header is missing keeps timing uniform.
     if not hmac.compare_digest(presented, expected) or credentials is None:
