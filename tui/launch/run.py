@@ -23,16 +23,12 @@ and re-attached when the nodes answer again.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import importlib.util
 import json
 import queue
-import re
 import sys
 import threading
 import time
-from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,20 +46,16 @@ from tui.launch.events import (
     RunNote,
     RunResult,
 )
-from tui.launch.plan import NodePlan, WORKLOAD_PACKAGE, build_plan, start_script
+from tui.launch.failure import FailureTracker, describe_exit
+from tui.launch.plan import NodePlan, build_plan, start_script
 from tui.launch.progress import ProgressModel, parse_protocol, split_rank
 from tui.launch.record import RunRecord, load_record, new_run_id, runs_dir
 from tui.launch.runner import NodeRunner
+from tui.launch.support import agent_stop, explain, plan_network, workload_files
 
-__all__ = ["LaunchError", "Run", "RunOptions", "workload_files"]
+__all__ = ["LaunchError", "Run", "RunOptions"]
 
 EXIT_OK, EXIT_FAILED, EXIT_STOPPED = 0, 1, 130
-_STACK_RE = re.compile(r"^\s*(Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
-_ROOT_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)")
-_ROOT_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
-_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
-
-
 @dataclass
 class RunOptions:
     """Supervision knobs (defaults suit real clusters; tests shorten some)."""
@@ -101,39 +93,6 @@ class LaunchError(Exception):
         return "\n".join(lines)
 
 
-def workload_files() -> dict[str, bytes]:
-    """The ``agent/workloads`` package as ``ftwiz_workloads/...`` files (no caches)."""
-    spec = importlib.util.find_spec("agent")
-    if spec is None or not spec.submodule_search_locations:
-        raise LaunchError("the workloads package (agent/workloads) is not installed beside ftwiz")
-    root = Path(list(spec.submodule_search_locations)[0]) / "workloads"
-    files = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".jinja", ".txt"):
-            files[f"{WORKLOAD_PACKAGE}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
-    if f"{WORKLOAD_PACKAGE}/__main__.py" not in files:
-        raise LaunchError(f"the workloads package at {root} has no __main__.py")
-    return files
-
-
-def _describe_exit(code: Optional[str]) -> str:
-    if code is None:
-        return "still running"
-    if code == "gone":
-        return "ended by a signal (no exit code)"
-    if code == "stopped":
-        return "stopped by ftwiz"
-    if code == "missing":
-        return "never started (no log on the node)"
-    try:
-        value = int(code)
-    except ValueError:
-        return f"ended ({code})"
-    if value > 128 and value - 128 in _SIGNALS:
-        return f"exited with code {value} ({_SIGNALS[value - 128]})"
-    return f"exited with code {value}"
-
-
 class Run:
     """One run on every node of ``config`` (see the module docstring)."""
 
@@ -154,7 +113,7 @@ class Run:
         self.run_id = run_id or new_run_id()
         self.options = options or RunOptions()
         self.reports = dict(reports or {})
-        self.network_env = network_env if network_env is not None else _plan_network(config, self.reports)
+        self.network_env = network_env if network_env is not None else plan_network(config, self.reports)
         self.resume = resume
         self.output_dir = output_dir or config.job.output_dir
         self.progress = ProgressModel()
@@ -169,12 +128,8 @@ class Run:
         self._abandon_reap = False
         self._finished: Optional[RunResult] = None
         self._started_at: Optional[float] = None
-        self._node_tail: dict[str, deque] = {n.name: deque(maxlen=200) for n in config.nodes}
-        self._root_causes: list[dict[str, Any]] = []
-        self._pending_root: dict[str, dict[str, Any]] = {}
-        self._in_root: dict[str, bool] = {}
+        self.failures = FailureTracker(n.name for n in config.nodes)
         self._exit_order: list[str] = []
-        self._dumped: set[int] = set()
         self._node_state: dict[str, NodeState] = {}
         self.record.data.update(
             {
@@ -258,9 +213,9 @@ class Run:
             self._set_state(node.name, NodeState.CONNECTING)
         try:
             package = workload_files()
-        except LaunchError:
+        except RuntimeError as exc:
             self._close_runners()
-            raise
+            raise LaunchError(str(exc)) from None
         futures = {name: r.submit(lambda r=r: (r.connect(), r.prepare(lambda wd, rd, r=r: self._node_files(r.node, wd, rd, package)))) for name, r in self._runners.items()}
         problems = self._collect(futures, timeout=self.config.cluster.ssh_connect_timeout_s + 120)
         if problems:
@@ -329,7 +284,7 @@ class Run:
             try:
                 future.result(timeout=max(0.1, deadline - time.monotonic()))
             except Exception as exc:
-                problems[name] = _explain(exc)
+                problems[name] = explain(exc)
                 self._set_state(name, NodeState.FAILED, problems[name])
         return problems
 
@@ -342,8 +297,9 @@ class Run:
     def _close_runners(self) -> None:
         for runner in self._runners.values():
             runner.close()
+        deadline = time.monotonic() + 5.0  # a runner stuck on a dead link is a daemon thread: let it go
         for runner in self._runners.values():
-            runner.join(5)
+            runner.join(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ attach
 
@@ -432,7 +388,7 @@ class Run:
             failed = [r for r in runners if r.exit not in (None, "0")]
             if failed:
                 first = min(failed, key=lambda r: self._exit_order.index(r.name) if r.name in self._exit_order else 99)
-                return self._stop_all(f"torchrun on {first.name} {_describe_exit(first.exit)}", status="failed", trigger_node=first.name)
+                return self._stop_all(f"torchrun on {first.name} {describe_exit(first.exit)}", status="failed", trigger_node=first.name)
             active = [r for r in runners if r.exit is None]
             if not active:
                 return self._succeeded()
@@ -508,9 +464,9 @@ class Run:
             self.record.update_node(node, pgid=payload)
         elif kind == "exit":
             self._exit_order.append(node)
-            self.record.update_node(node, exit=payload, exit_description=_describe_exit(payload), ended_at=time.time())
+            self.record.update_node(node, exit=payload, exit_description=describe_exit(payload), ended_at=time.time())
             state = {"0": NodeState.EXITED, "stopped": NodeState.STOPPED}.get(payload, NodeState.FAILED)
-            self._set_state(node, state, _describe_exit(payload))
+            self._set_state(node, state, describe_exit(payload))
         elif kind == "lost":
             self._set_state(node, NodeState.RECONNECTING, str(payload))
 
@@ -520,14 +476,8 @@ class Run:
         shown = f"{prefix} | {text}"
         self.record.log(node, shown)
         obj = parse_protocol(text)
-        if obj is None or obj.get("ftwiz") in ("error", "note"):
-            # Protocol chatter (heartbeats, progress) would push the useful lines out of the tail.
-            self._node_tail[node].append((rank, shown))
-        if rank is not None:
-            if _STACK_RE.match(text):
-                self._dumped.add(rank)
-        else:
-            self._parse_root_cause(node, text)
+        # Protocol chatter (heartbeats, progress) would push the useful lines out of the tail.
+        self.failures.observe(node, rank, text, shown, chatter=obj is not None and obj.get("ftwiz") not in ("error", "note"))
         if obj is not None:
             kind = obj.get("ftwiz")
             if self.progress.update(node, rank, obj):
@@ -539,25 +489,6 @@ class Run:
             elif kind in ("checkpoint", "done"):
                 self.record.update(progress=dataclasses.asdict(self.progress.snapshot))
         self._emit(LogLine(node, rank, text, time.time()))
-
-    def _parse_root_cause(self, node: str, text: str) -> None:
-        """Pick torchrun's failure summary apart (rank, local rank, exit code of each failed worker)."""
-        if text.startswith("Root Cause"):
-            self._in_root[node] = True
-            return
-        if text.startswith("Failures:") or text.startswith("====="):
-            self._in_root[node] = False
-            return
-        match = _ROOT_RANK_RE.match(text)
-        if match and self._in_root.get(node):
-            self._pending_root[node] = {"node": node, "rank": int(match.group(1)), "local_rank": int(match.group(2))}
-            return
-        match = _ROOT_EXIT_RE.match(text)
-        if match and node in self._pending_root:
-            entry = self._pending_root.pop(node)
-            entry["exitcode"] = int(match.group(1))
-            entry["order"] = len(self._root_causes)
-            self._root_causes.append(entry)
 
     # ------------------------------------------------------------------ stall
 
@@ -583,7 +514,7 @@ class Run:
         window = job.first_step_grace_s if first else job.stall_timeout_s
         who = ", ".join(map(str, stalled)) if stalled else "every rank"
         self._note(f"stall: no progress or heartbeat from rank(s) {who} for {window:.0f} s; dumping every rank's stack (SIGUSR1)", "error")
-        self._dumped.clear()
+        self.failures.reset_dumps()
         futures = {r.name: r.submit(lambda r=r: r.send_signal("SIGUSR1")) for r in self._runners.values() if r.exit is None}
         signalled: list[int] = []
         deadline = time.monotonic() + self.options.dump_wait_s
@@ -594,10 +525,10 @@ class Run:
                 signalled += [s["rank"] for s in future.result(timeout=5)["signalled"] if s.get("rank") is not None]
             except Exception:
                 pass
-        silent = sorted(set(signalled) - self._dumped)
+        silent = sorted(set(signalled) - self.failures.dumped)
         if silent:
             self._note(f"rank(s) {', '.join(map(str, silent))} did not answer SIGUSR1 with a stack dump: stopped (SIGSTOP) or hung outside Python", "error")
-        self.record.update(stalled_ranks=stalled, stack_dumps_from=sorted(self._dumped), stack_dump_silent=silent)
+        self.record.update(stalled_ranks=stalled, stack_dumps_from=sorted(self.failures.dumped), stack_dump_silent=silent)
         suspect = silent[0] if silent else (stalled[0] if stalled else None)
         return self._stop_all(
             f"stall: rank(s) {who} made no progress for {window:.0f} s (job.stall_timeout_s)",
@@ -626,7 +557,7 @@ class Run:
                     report = future.result()
                 except Exception as exc:
                     failed.append(name)
-                    self._note(f"{name}: could not stop over SSH ({_explain(exc)}); will retry", "warn")
+                    self._note(f"{name}: could not stop over SSH ({explain(exc)}); will retry", "warn")
                     continue
                 self._record_kill(name, report)
                 if report.get("remaining"):
@@ -672,12 +603,10 @@ class Run:
             self._pump(0.1)
         self._pump(0.05)
         unreaped = self._reap(to_reap, leftovers)
-        failed_node, failed_rank = self._attribute(trigger_node, trigger_rank)
-        last: list[str] = []
-        if failed_node is not None:
-            # The failed rank's own words plus torchrun's (its failure summary names the signal).
-            last = [shown for rank, shown in self._node_tail.get(failed_node, []) if failed_rank is None or rank in (failed_rank, None)]
-            last = last[-self.options.last_lines:]
+        failed_node, failed_rank = self.failures.attribute(
+            trigger_node, trigger_rank, rank_nodes={r: i.node for r, i in self.progress.ranks.items()}, errors=self.progress.errors
+        )
+        last = self.failures.last_lines(failed_node, failed_rank, self.options.last_lines)
         exit_code = EXIT_STOPPED if status == "stopped" else EXIT_FAILED
         result = RunResult(
             self.run_id,
@@ -743,33 +672,10 @@ class Run:
         try:
             return runner.kill(self.options.stop_grace_s, fresh=True, connect_timeout=self.options.reap_connect_timeout_s)
         except Exception as ssh_exc:
-            report = _agent_stop(self.config, name, self.run_id)
+            report = agent_stop(self.config, name, self.run_id)
             if report is None:
                 raise ssh_exc
             return report
-
-    def _attribute(self, trigger_node: Optional[str], trigger_rank: Optional[int]) -> tuple[Optional[str], Optional[int]]:
-        """The node and rank to blame: a rank killed by a signal first, then the first failure seen."""
-        if trigger_rank is not None:
-            info = self.progress.ranks.get(trigger_rank)
-            return (info.node if info else trigger_node), trigger_rank
-        # A worker killed by a signal other than our own TERM/INT (-9 from the OOM killer, -11, -6) is the
-        # cause; the other nodes' workers failed because their peers vanished.
-        def killed(cause: Mapping[str, Any]) -> bool:
-            return cause.get("exitcode", 0) < 0 and cause.get("exitcode") not in (-15, -2)
-
-        causes = sorted(self._root_causes, key=lambda c: (not killed(c), c["order"]))
-        if causes:
-            best = causes[0]
-            if killed(best) or trigger_node is None or best["node"] == trigger_node:
-                return best["node"], best["rank"]
-            same = [c for c in causes if c["node"] == trigger_node]
-            if same:
-                return trigger_node, same[0]["rank"]
-        for node, rank, _message in self.progress.errors:
-            if trigger_node is None or node == trigger_node:
-                return node, rank
-        return trigger_node, None
 
     # ------------------------------------------------------------------ endings
 
@@ -798,7 +704,7 @@ class Run:
             progress=dataclasses.asdict(self.progress.snapshot),
             ranks={str(r): dataclasses.asdict(i) for r, i in sorted(self.progress.ranks.items())},
             world_size=self.progress.snapshot.world_size,
-            root_causes=self._root_causes,
+            root_causes=self.failures.root_causes,
         )
         self.record.save()
         self._close_runners()
@@ -827,7 +733,7 @@ class Run:
             run._runners[node.name] = runner
         leftovers, failed = run._kill_everywhere(list(run._runners.values()))
         for name in failed:
-            report = _agent_stop(config, name, run_id)
+            report = agent_stop(config, name, run_id)
             if report is not None:
                 failed.remove(name)
                 run._record_kill(name, report)
@@ -837,55 +743,3 @@ class Run:
         reason = "stopped with ftwiz --stop" + ("" if ok else f"; not reached: {', '.join(failed)}" if failed else "; leftovers remain")
         result = RunResult(run_id, "stopped", EXIT_OK if ok else EXIT_FAILED, reason=reason, leftovers=leftovers, unreaped=failed)
         return run._finish(result)
-
-
-def _plan_network(config: FtwizConfig, reports: Mapping[str, Any]) -> Optional[dict[str, dict[str, str]]]:
-    """The network plan's per-node environment from the agents' reports (None without reports).
-
-    A node the plan has no interface for falls back, on the node, to the interface that routes to
-    the master (see :func:`tui.launch.plan.start_script`).
-    """
-    if not reports:
-        return None
-    try:
-        from shared.netplan import node_env
-
-        return node_env(config, reports)
-    except Exception:  # a plan that cannot be made is the checklist's to report, not a reason not to start
-        return None
-
-
-def _agent_stop(config: FtwizConfig, node: str, run_id: str) -> Optional[dict]:
-    """Ask ``node``'s agent to kill the run's processes; the report as the SSH helper's shape, or None."""
-    try:
-        from tui.client import AgentClient
-    except ImportError:
-        return None
-
-    async def call() -> Any:
-        async with AgentClient(config) as client:
-            return await client.stop_run(node, run_id)
-
-    try:
-        reply = asyncio.run(call())
-    except Exception:
-        return None
-    value = getattr(reply, "value", None) or getattr(reply, "result", None)
-    if not getattr(reply, "ok", False) or value is None:
-        return None
-    return {
-        "killed": [k.model_dump() for k in value.killed],
-        "remaining": list(value.remaining),
-        "via": "agent",
-    }
-
-
-def _explain(exc: BaseException) -> str:
-    """A one-line message with the fix, from whatever a node operation raised."""
-    message = getattr(exc, "message", None)
-    hint = getattr(exc, "hint", None)
-    if message and hint:
-        return f"{message} — fix: {hint}"
-    if isinstance(exc, TimeoutError):
-        return f"timed out ({exc or 'no answer'})"
-    return str(exc) or type(exc).__name__

@@ -1,0 +1,64 @@
+"""Blaming the right node and rank from torchrun's failure summaries (pure; summary text as torchrun prints it)."""
+
+from __future__ import annotations
+
+from tui.launch.failure import FailureTracker, describe_exit, is_stack_dump
+
+
+def _summary(failures: list[tuple[int, int, str]], root: tuple[int, int, str]) -> list[str]:
+    """torchrun's ChildFailedError summary (torch 2.x layout)."""
+    lines = ["============================================================", "ftwiz_workloads FAILED",
+             "------------------------------------------------------------", "Failures:"]
+    if not failures:
+        lines.append("  <NO_OTHER_FAILURES>")
+    for i, (rank, local, code) in enumerate(failures, 1):
+        lines += [f"[{i}]:", "  time      : 2026-11-22_06:12:24", "  host      : localhost", f"  rank      : {rank} (local_rank: {local})",
+                  f"  exitcode  : {code}", "  error_file: <N/A>"]
+    rank, local, code = root
+    lines += ["------------------------------------------------------------", "Root Cause (first observed failure):", "[0]:",
+              "  time      : 2026-11-22_06:12:24", "  host      : localhost", f"  rank      : {rank} (local_rank: {local})",
+              f"  exitcode  : {code}", "  error_file: <N/A>", "============================================================"]
+    return lines
+
+
+def _feed(tracker: FailureTracker, node: str, lines: list[str], rank=None) -> None:
+    for text in lines:
+        tracker.observe(node, rank, text, f"{node}/{'-' if rank is None else rank} | {text}", chatter=False)
+
+
+def test_a_worker_killed_by_a_signal_is_blamed_over_peers_that_lost_it():
+    tracker = FailureTracker(["node0", "node1"])
+    # node0's workers failed first (their peer vanished); node1's rank 2 was SIGKILLed.
+    _feed(tracker, "node0", _summary([(1, 1, "-15 (pid: 7)  (SIGTERM)")], (0, 0, "1 (pid: 6) ")))
+    _feed(tracker, "node1", ["Traceback (most recent call last):"], rank=2)
+    _feed(tracker, "node1", _summary([], (2, 0, "-9 (pid: 9)  (SIGKILL)")))
+    assert [(c["node"], c["rank"], c["exitcode"]) for c in tracker.root_causes] == [("node0", 0, 1), ("node1", 2, -9)]
+    assert tracker.attribute("node0", None, rank_nodes={}) == ("node1", 2)
+    last = tracker.last_lines("node1", 2, 50)
+    assert "node1/2 | Traceback (most recent call last):" in last and any("-9 (pid: 9)" in l for l in last)
+
+
+def test_our_own_sigterm_is_not_a_cause_and_the_trigger_node_wins():
+    tracker = FailureTracker(["node0", "node1"])
+    _feed(tracker, "node0", _summary([], (0, 0, "-15 (pid: 6)  (SIGTERM)")))
+    _feed(tracker, "node1", _summary([], (3, 1, "2 (pid: 8) ")))
+    assert tracker.attribute("node1", None, rank_nodes={}) == ("node1", 3)
+    assert tracker.attribute(None, 5, rank_nodes={5: "node0"}) == ("node0", 5)  # a stall names its rank
+    assert tracker.attribute("node1", None, rank_nodes={}, errors=[("node1", 4, "bad")]) == ("node1", 3)
+
+
+def test_errors_are_used_without_a_summary_and_stack_dumps_are_seen():
+    tracker = FailureTracker(["node0"])
+    assert tracker.attribute("node0", None, rank_nodes={}, errors=[("node0", 1, "dataset line 7")]) == ("node0", 1)
+    tracker.observe("node0", 3, "Thread 0x00007f5e8a3ff640 (most recent call first):", "x", chatter=False)
+    tracker.observe("node0", 2, "Current thread 0x00007f5e8c1b0740 (most recent call first):", "x", chatter=False)
+    assert tracker.dumped == {2, 3} and is_stack_dump("Thread 0x1 (most recent call first):")
+    tracker.reset_dumps()
+    assert tracker.dumped == set()
+
+
+def test_describe_exit():
+    assert describe_exit("0") == "exited with code 0"
+    assert describe_exit("137") == "exited with code 137 (SIGKILL)"
+    assert describe_exit("gone") == "ended by a signal (no exit code)"
+    assert describe_exit("stopped") == "stopped by ftwiz"

@@ -1,0 +1,126 @@
+"""Who failed and what they said: torchrun's failure summaries, stack dumps and each node's recent lines.
+
+:class:`FailureTracker` sees every log line of a run and answers, at the end, which node and rank to
+blame and which lines to show. torchrun prints, for a failed worker group, a summary whose
+"Root Cause (first observed failure)" block names the global rank and its exit code (negative for a
+signal); a worker killed by a signal other than our own TERM/INT is the cause, the others merely
+lost their peers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Any, Iterable, Optional
+
+__all__ = ["FailureTracker", "describe_exit", "is_stack_dump"]
+
+_STACK_RE = re.compile(r"^\s*(Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
+_ROOT_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)")
+_ROOT_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+def is_stack_dump(text: str) -> bool:
+    """A faulthandler header line (``Thread 0x... (most recent call first):``)."""
+    return bool(_STACK_RE.match(text))
+
+
+def describe_exit(code: Optional[str]) -> str:
+    """A node's ending (as the node helper reports it) in words."""
+    if code is None:
+        return "still running"
+    if code == "gone":
+        return "ended by a signal (no exit code)"
+    if code == "stopped":
+        return "stopped by ftwiz"
+    if code == "missing":
+        return "never started (no log on the node)"
+    try:
+        value = int(code)
+    except ValueError:
+        return f"ended ({code})"
+    if value > 128 and value - 128 in _SIGNALS:
+        return f"exited with code {value} ({_SIGNALS[value - 128]})"
+    return f"exited with code {value}"
+
+
+class FailureTracker:
+    """Feed it every line (:meth:`observe`); ask it whom to blame (:meth:`attribute`, :meth:`last_lines`)."""
+
+    def __init__(self, nodes: Iterable[str], *, keep: int = 200) -> None:
+        self.tails: dict[str, deque] = {n: deque(maxlen=keep) for n in nodes}
+        """Per node: recent ``(rank, shown line)``, protocol chatter left out."""
+        self.root_causes: list[dict[str, Any]] = []
+        """torchrun's root causes as seen: node, rank, local_rank, exitcode, order."""
+        self.dumped: set[int] = set()
+        """Ranks that printed a stack dump since :meth:`reset_dumps`."""
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._in_root: dict[str, bool] = {}
+
+    def observe(self, node: str, rank: Optional[int], text: str, shown: str, *, chatter: bool) -> None:
+        """One line from ``node`` (``rank`` None for torchrun's own); ``chatter`` lines are not kept."""
+        if not chatter:
+            self.tails.setdefault(node, deque(maxlen=200)).append((rank, shown))
+        if rank is not None:
+            if _STACK_RE.match(text):
+                self.dumped.add(rank)
+        else:
+            self._root_cause(node, text)
+
+    def reset_dumps(self) -> None:
+        """Forget earlier stack dumps (before sending SIGUSR1)."""
+        self.dumped.clear()
+
+    def _root_cause(self, node: str, text: str) -> None:
+        if text.startswith("Root Cause"):
+            self._in_root[node] = True
+            return
+        if text.startswith("Failures:") or text.startswith("====="):
+            self._in_root[node] = False
+            return
+        match = _ROOT_RANK_RE.match(text)
+        if match and self._in_root.get(node):
+            self._pending[node] = {"node": node, "rank": int(match.group(1)), "local_rank": int(match.group(2))}
+            return
+        match = _ROOT_EXIT_RE.match(text)
+        if match and node in self._pending:
+            entry = self._pending.pop(node)
+            entry["exitcode"] = int(match.group(1))
+            entry["order"] = len(self.root_causes)
+            self.root_causes.append(entry)
+
+    def attribute(
+        self,
+        trigger_node: Optional[str],
+        trigger_rank: Optional[int],
+        *,
+        rank_nodes: dict[int, str],
+        errors: Iterable[tuple[str, Optional[int], str]] = (),
+    ) -> tuple[Optional[str], Optional[int]]:
+        """The node and rank to blame: a given rank; else a worker killed by a signal; else the first failure."""
+        if trigger_rank is not None:
+            return rank_nodes.get(trigger_rank, trigger_node), trigger_rank
+
+        def killed(cause: dict[str, Any]) -> bool:
+            return cause.get("exitcode", 0) < 0 and cause.get("exitcode") not in (-15, -2)
+
+        causes = sorted(self.root_causes, key=lambda c: (not killed(c), c["order"]))
+        if causes:
+            best = causes[0]
+            if killed(best) or trigger_node is None or best["node"] == trigger_node:
+                return best["node"], best["rank"]
+            same = [c for c in causes if c["node"] == trigger_node]
+            if same:
+                return trigger_node, same[0]["rank"]
+        for node, rank, _message in errors:
+            if trigger_node is None or node == trigger_node:
+                return node, rank
+        return trigger_node, None
+
+    def last_lines(self, node: Optional[str], rank: Optional[int], count: int) -> list[str]:
+        """The failed rank's own last lines plus torchrun's on that node (its summary names the signal)."""
+        if node is None:
+            return []
+        lines = [shown for r, shown in self.tails.get(node, []) if rank is None or r in (rank, None)]
+        return lines[-count:]

@@ -1,0 +1,80 @@
+"""Small helpers of the supervisor: the workloads package, the network plan, an agent's stop, messages."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from shared.config import FtwizConfig
+from tui.launch.plan import WORKLOAD_PACKAGE
+
+__all__ = ["agent_stop", "explain", "plan_network", "workload_files"]
+
+
+def workload_files() -> dict[str, bytes]:
+    """The ``agent/workloads`` package as ``ftwiz_workloads/...`` files (no caches)."""
+    spec = importlib.util.find_spec("agent")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the workloads package (agent/workloads) is not installed beside ftwiz")
+    root = Path(list(spec.submodule_search_locations)[0]) / "workloads"
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".jinja", ".txt"):
+            files[f"{WORKLOAD_PACKAGE}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    if f"{WORKLOAD_PACKAGE}/__main__.py" not in files:
+        raise RuntimeError(f"the workloads package at {root} has no __main__.py")
+    return files
+
+
+def plan_network(config: FtwizConfig, reports: Mapping[str, Any]) -> Optional[dict[str, dict[str, str]]]:
+    """The network plan's per-node environment from the agents' reports (None without reports).
+
+    A node the plan has no interface for falls back, on the node, to the interface that routes to
+    the master (see :func:`tui.launch.plan.start_script`).
+    """
+    if not reports:
+        return None
+    try:
+        from shared.netplan import node_env
+
+        return node_env(config, reports)
+    except Exception:  # a plan that cannot be made is the checklist's to report, not a reason not to start
+        return None
+
+
+def agent_stop(config: FtwizConfig, node: str, run_id: str) -> Optional[dict]:
+    """Ask ``node``'s agent to kill the run's processes; the report as the SSH helper's shape, or None."""
+    try:
+        from tui.client import AgentClient
+    except ImportError:
+        return None
+
+    async def call() -> Any:
+        async with AgentClient(config) as client:
+            return await client.stop_run(node, run_id)
+
+    try:
+        reply = asyncio.run(call())
+    except Exception:
+        return None
+    value = getattr(reply, "value", None) or getattr(reply, "result", None)
+    if not getattr(reply, "ok", False) or value is None:
+        return None
+    return {
+        "killed": [k.model_dump() for k in value.killed],
+        "remaining": list(value.remaining),
+        "via": "agent",
+    }
+
+
+def explain(exc: BaseException) -> str:
+    """A one-line message with the fix, from whatever a node operation raised."""
+    message = getattr(exc, "message", None)
+    hint = getattr(exc, "hint", None)
+    if message and hint:
+        return f"{message} — fix: {hint}"
+    if isinstance(exc, TimeoutError):
+        return f"timed out ({exc or 'no answer'})"
+    return str(exc) or type(exc).__name__
