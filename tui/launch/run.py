@@ -193,6 +193,11 @@ class Run:
         self._detach_request = True
 
     @property
+    def node_states(self) -> dict[str, NodeState]:
+        """Each node's current state (for a UI that subscribes late)."""
+        return dict(self._node_state)
+
+    @property
     def result(self) -> Optional[RunResult]:
         """The result once the run finished (None before)."""
         return self._finished
@@ -317,9 +322,7 @@ class Run:
             stored = {}
         run = cls(config, run_id=run_id, options=options, resume=bool(stored.get("resume")), output_dir=stored.get("output_dir"), resumed_from=stored.get("resumed_from"))
         # Keep what the launch recorded; the attach adds to it.
-        merged = dict(stored)
-        merged.update({k: v for k, v in run.record.data.items() if k not in stored or k in ("status",)})
-        run.record.data = merged
+        run.record.data = _merge_record(stored, run.record.data, keep_status=False)
         run.record.data["attached_at"] = time.time()
         run._attach_nodes(stored.get("nodes") or {})
         return run
@@ -724,9 +727,7 @@ class Run:
         except (OSError, ValueError):
             stored = {}
         run = cls(config, run_id=run_id, options=options)
-        merged = dict(stored)
-        merged.update({k: v for k, v in run.record.data.items() if k not in stored})
-        run.record.data = merged
+        run.record.data = _merge_record(stored, run.record.data, keep_status=True)
         for node in config.nodes:
             runner = NodeRunner(node, config.cluster, run_id, run._outbox, tick_s=options.tick_s).start()
             runner.pgid = ((stored.get("nodes") or {}).get(node.name) or {}).get("pgid")
@@ -743,3 +744,16 @@ class Run:
         reason = "stopped with ftwiz --stop" + ("" if ok else f"; not reached: {', '.join(failed)}" if failed else "; leftovers remain")
         result = RunResult(run_id, "stopped", EXIT_OK if ok else EXIT_FAILED, reason=reason, leftovers=leftovers, unreaped=failed)
         return run._finish(result)
+
+
+def _merge_record(stored: Mapping[str, Any], fresh: Mapping[str, Any], *, keep_status: bool) -> dict[str, Any]:
+    """What the launch recorded, plus what a later attach or stop adds.
+
+    A run with no record here (started from another machine, or a mistyped id) gets ``created_at =
+    0`` so it never becomes "the latest run" that ``--resume`` and ``--attach`` pick.
+    """
+    merged = dict(stored)
+    merged.update({k: v for k, v in fresh.items() if k not in stored or (k == "status" and not keep_status)})
+    if not stored:
+        merged["created_at"] = 0
+    return merged
