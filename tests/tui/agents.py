@@ -67,7 +67,7 @@ class LoopbackCluster:
         for index, name in enumerate(down):
             nodes.append({"name": name, "host": f"127.0.0.{40 + index}", "workdir": str(self.workdir / name)})
         return FtwizConfig.model_validate({
-            "cluster": {"name": "loopback", "agent_port": AGENT_PORT, "agent_token_file": str(self.token_path), "agent_timeout_s": 2.0,
+            "cluster": {"name": "loopback", "agent_port": AGENT_PORT, "agent_token_file": str(self.token_path), "agent_timeout_s": 5.0,
                         "rendezvous_port": RENDEZVOUS_PORT},
             "nodes": nodes,
             "job": job or {},

@@ -7,7 +7,7 @@ from typing import Optional
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer
+from textual.widgets import Footer
 
 from shared.config import NodeConfig
 from tui.app.messages import ClusterUpdated, ConfigChanged
@@ -65,9 +65,9 @@ class ClusterScreen(StepScreen):
         view = self.wizard.cluster.nodes.get(name) if name else None
         self.query_one(NodeDetail).show(view, Palette.from_app(self.app))
 
-    @on(DataTable.RowHighlighted, "#node-table")
-    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self._show_detail(event.row_key.value if event.row_key else None)
+    @on(NodeTable.Highlighted)
+    def _row_highlighted(self, event: NodeTable.Highlighted) -> None:
+        self._show_detail(event.name)
 
     def action_refresh(self) -> None:
         """Poll every agent now rather than at the next tick."""
