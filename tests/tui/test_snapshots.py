@@ -103,3 +103,21 @@ def test_quit_with_unsaved_changes(snap_compare, config):
         await pilot.pause()
 
     assert snap_compare(snapshot_app(config), terminal_size=(80, 24), run_before=quit_dirty)
+
+
+def test_cluster_light_and_ansi_themes(snap_compare, config):
+    async def light(pilot):
+        await _polled(pilot)
+        pilot.app.theme = "textual-light"
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(config), terminal_size=(80, 24), run_before=light)
+
+
+def test_job_ansi_theme(snap_compare, config):
+    async def ansi(pilot):
+        await _planned(pilot)
+        pilot.app.theme = "ansi-dark"
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(config, start_step="job"), terminal_size=(80, 24), run_before=ansi)

@@ -17,6 +17,7 @@ __all__ = [
     "fmt_bytes",
     "fmt_gib",
     "hbar",
+    "rich_color",
     "resample",
     "sparkline",
     "stacked_bar",
@@ -46,7 +47,7 @@ class Palette:
 
         def pick(name: str, default: str) -> str:
             value = getattr(theme, name, None) if theme is not None else None
-            return value or variables.get(name) or default
+            return rich_color(value or variables.get(name), default)
 
         return cls(
             ok=pick("success", cls.ok),
@@ -66,6 +67,19 @@ class Palette:
 
 
 GIB = 1024**3
+
+
+def rich_color(value: Optional[str], default: str) -> str:
+    """A Textual theme colour (``#ba3c5b``, ``ansi_red``) as a colour name Rich styles accept."""
+    if not value:
+        return default
+    from textual.color import Color, ColorParseError
+
+    try:
+        rich = Color.parse(value).rich_color
+    except ColorParseError:
+        return default
+    return rich.name if rich is not None and rich.name != "default" else default
 
 
 def fmt_bytes(value: Optional[float]) -> str:

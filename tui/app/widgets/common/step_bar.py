@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.reactive import Reactive, reactive
 from textual.widget import Widget
 
+from tui.app.render import Palette
 from tui.app.steps import STEPS
 
 __all__ = ["StepBar"]
@@ -41,15 +42,15 @@ class StepBar(Widget):
         self.source = label
 
     def render(self) -> Text:
-        theme = self.app.current_theme
+        palette = Palette.from_app(self.app)
         text = Text(no_wrap=True, overflow="ellipsis")
         for number, step in enumerate(STEPS):
             if number:
                 text.append("›")
-            style = f"bold reverse {theme.primary}" if step.name == self.current else ""
+            style = f"bold reverse {palette.accent}" if step.name == self.current else ""
             text.append(f" {step.key.upper()} {step.title} ", style=style)
         if self.dirty:  # before the path, so a long path never pushes it off a narrow screen
-            text.append("  ● unsaved", style=f"bold {theme.warning or 'yellow'}")
+            text.append("  ● unsaved", style=f"bold {palette.warn}")
         text.append("  ")
         text.append(self.source, style="dim")
         return text
