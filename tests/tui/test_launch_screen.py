@@ -157,3 +157,47 @@ async def test_failed_run_shows_node_rank_last_lines_and_offers_resume(solo, tmp
         await wait_for(pilot, lambda: app.launch.run_id not in (None, result.run_id), what="the resumed run", timeout=60)
         assert app.launch.run.resume and app.launch.run.record.data["resumed_from"] == result.run_id
         await wait_for(pilot, lambda: app.launch.result is not None, what="the resumed run to end", timeout=240)
+
+
+async def test_lora_run_plots_loss_and_tokens_per_second(solo, tmp_path, tiny_assets):
+    app = _app(solo, tmp_path, workload="sft", method="lora", model=str(tiny_assets["model"]), dataset=str(tiny_assets["dataset"]),
+               seq_len=64, micro_batch_size=2, grad_accum_steps=1, max_steps=12, save_steps=6, logging_steps=1, learning_rate=1e-3,
+               precision="fp32", optimizer="adamw", gradient_checkpointing=False, lora_r=4, lora_alpha=8, output_dir="checkpoints/tiny")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _checked(pilot, app)
+        if app.checks.failed:  # e.g. mem.fit has no GPU to fit; the run itself is what this test is about
+            await pilot.press("o")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the override question")
+            await pilot.click("#override")
+            await wait_for(pilot, lambda: app.checks.override, what="the override")
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch step")
+        await pilot.press("l")
+        await wait_for(pilot, lambda: len(app.launch.losses) >= 3, what="three loss values", timeout=300)
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "loss " in text and "tok/s " in text and "step " in text
+        await wait_for(pilot, lambda: app.launch.result is not None, what="the run to finish", timeout=300)
+        assert app.launch.result.status == "succeeded", app.launch.result
+        assert len(app.launch.losses) >= 10 and len(app.launch.tokens_per_s) >= 10
+        await pilot.pause(0.3)
+        assert f"loss {app.launch.losses[-1]:.4f}" in screen_text(app)
+
+
+async def test_quit_while_running_offers_detach_or_stop(solo, tmp_path):
+    app = _app(solo, tmp_path, workload="allreduce", sizes_mb=[64], iterations=100_000, warmup_iterations=1)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _checked(pilot, app)
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch step")
+        await pilot.press("l")
+        await wait_for(pilot, lambda: app.launch.node_states.get("solo", ("",))[0] == "running", what="the run to go", timeout=120)
+        run_id = app.launch.run_id
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the quit question")
+        text = flat_text(app)
+        assert f"ftwiz --attach {run_id}" in text and "Detach and quit" in text and "Stop all and quit" in text
+        await pilot.click("#stop")
+        await wait_for(pilot, lambda: not app.is_running, what="stop, then quit", timeout=90)
+    assert app.launch.result is not None and app.launch.result.status == "stopped"
+    assert _processes_of(run_id) == []
