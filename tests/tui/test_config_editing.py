@@ -125,3 +125,19 @@ async def test_quit_without_changes_does_not_ask(make_app):
         await pilot.pause()
         await pilot.press("ctrl+q")
         await wait_for(pilot, lambda: not app.is_running, what="quit")
+
+
+async def test_embedded_default_saves_to_ftwiz_toml_here(loopback, make_app, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = make_app(loopback.config(), None, poll_interval=5)  # no file: the embedded default's situation
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert "embedded default" in screen_text(app) and not app.dirty
+        app.remove_node("node2")
+        await pilot.pause()
+        assert "● unsaved" in screen_text(app)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: not app.dirty, what="the save")
+        assert "ftwiz.toml" in screen_text(app) and "embedded default" not in screen_text(app)
+    saved = parse_config((tmp_path / "ftwiz.toml").read_text(), "ftwiz.toml")
+    assert [n.name for n in saved.nodes] == ["node0", "node1"]

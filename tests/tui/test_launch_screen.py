@@ -22,6 +22,8 @@ from tui.app.screens.launch_screen import LaunchScreen
 from tui.app.widgets.launch.node_logs import NodeLogs
 from tui.app.widgets.launch.run_outcome import RunOutcome
 
+pytestmark = pytest.mark.slow  # real torchrun runs
+
 
 @pytest.fixture(scope="module")
 def solo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackCluster]:
