@@ -6,7 +6,7 @@
    several checks (e.g. each node's connect to the master) run once.
 3. Return the rows in a stable order: by check, then by the config's node order.
 
-A check that raises is reported as a ``warn`` row naming the bug, never as a crashed checklist.
+A check that raises is reported as a ``fail`` row naming the bug, never as a crashed checklist.
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ async def _run_one(spec: CheckSpec, ctx: CheckContext, timeout: float) -> list[C
         return [result(spec.id, spec.title, "warn", None, f"check did not finish within {timeout:g} s",
                        "run `ftwiz --check` again; if it persists, a node's agent is too slow to answer probes")]
     except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others' rows
-        return [result(spec.id, spec.title, "warn", None, f"check crashed: {type(exc).__name__}: {exc}",
-                       "this is an ftwiz bug: please report it with the output of `ftwiz --check --json`")]
+        # A crashed check proved nothing: fail rather than let a launch go ahead on an unchecked item.
+        return [result(spec.id, spec.title, "fail", None, f"check crashed: {type(exc).__name__}: {exc}",
+                       "this is an ftwiz bug: please report it with the output of `ftwiz --check --json`; "
+                       "`ftwiz --launch --force` launches anyway")]
 
 
 @dataclass

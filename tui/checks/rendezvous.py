@@ -45,7 +45,7 @@ async def rendezvous(ctx: CheckContext) -> list[CheckResult]:
         return [result("rendezvous.port_free", free_title, "fail" if listen.state.value == "up" else "skip", master.name,
                        f"listen probe failed: {listen.error}", listen.hint)]
     ctx.notes["rendezvous_listener_until"] = listen.value.expires_at
-    rows = [result("rendezvous.port_free", free_title, "pass", master.name, f"{master.name}'s agent is listening on {port} for {ttl:g} s")]
+    rows = [result("rendezvous.port_free", free_title, "pass", master.name, f"{master.name}'s agent bound {port} (test listener, closes in {max(0.0, listen.value.expires_at - time.time()):.0f} s)")]
     if not others:
         return rows
 
@@ -62,8 +62,8 @@ async def rendezvous(ctx: CheckContext) -> list[CheckResult]:
         again = await ctx.client.probe_listen(master, port, ttl)
         if again.ok:
             ctx.notes["rendezvous_listener_until"] = again.value.expires_at
-            retried = dict(await asyncio.gather(*(probe(n) for n in expired)))
-            answers = [(n, retried.get(n, reply)) for n, reply in answers]
+            retried = {n.name: reply for n, reply in await asyncio.gather(*(probe(n) for n in expired))}
+            answers = [(n, retried.get(n.name, reply)) for n, reply in answers]
     for node, reply in answers:
         rows.append(_reach_row(ctx, node, reply, reach_title, port))
     return rows
