@@ -16,14 +16,9 @@ import httpx
 import pytest
 
 from shared.config import ClusterConfig, FtwizConfig, NodeConfig
+from tests.checks.conftest import free_port
 from tests.cluster.harness import REPO_ROOT
 from tui.client import AgentClient, NodeState
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
