@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tui.launch.failure import FailureTracker, describe_exit, is_stack_dump
+from tui.launch.failure import FailureTracker, describe_exit, describe_worker_exit, is_stack_dump
 
 
 def _summary(failures: list[tuple[int, int, str]], root: tuple[int, int, str]) -> list[str]:
@@ -62,3 +62,13 @@ def test_describe_exit():
     assert describe_exit("137") == "exited with code 137 (SIGKILL)"
     assert describe_exit("gone") == "ended by a signal (no exit code)"
     assert describe_exit("stopped") == "stopped by ftwiz"
+
+
+def test_torchruns_worker_failed_line_is_caught_and_named():
+    tracker = FailureTracker(["node1"])
+    line = ("E1122 06:12:24.825000 21357 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) "
+            "local_rank: 0 (pid: 22005) of binary: /venv/bin/python")
+    failure = tracker.observe("node1", None, line, "node1/- | " + line, chatter=False, pid_ranks={22005: 2})
+    assert failure is not None and (failure["rank"], failure["exitcode"]) == (2, -9)
+    assert describe_worker_exit(-9) == "was killed by SIGKILL" and describe_worker_exit(1) == "exited with code 1"
+    assert tracker.attribute("node0", None, rank_nodes={2: "node1"}) == ("node1", 2)

@@ -13,17 +13,25 @@ import re
 from collections import deque
 from typing import Any, Iterable, Optional
 
-__all__ = ["FailureTracker", "describe_exit", "is_stack_dump"]
+__all__ = ["FailureTracker", "describe_exit", "describe_worker_exit", "is_stack_dump"]
 
 _STACK_RE = re.compile(r"^\s*(Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
 _ROOT_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)")
 _ROOT_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_WORKER_FAILED_RE = re.compile(r"\] failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
 def is_stack_dump(text: str) -> bool:
     """A faulthandler header line (``Thread 0x... (most recent call first):``)."""
     return bool(_STACK_RE.match(text))
+
+
+def describe_worker_exit(exitcode: int) -> str:
+    """A worker's exit code as torchrun reports it (negative: killed by that signal)."""
+    if exitcode < 0:
+        return f"was killed by {_SIGNALS.get(-exitcode, f'signal {-exitcode}')}"
+    return f"exited with code {exitcode}"
 
 
 def describe_exit(code: Optional[str]) -> str:
@@ -58,15 +66,30 @@ class FailureTracker:
         self._pending: dict[str, dict[str, Any]] = {}
         self._in_root: dict[str, bool] = {}
 
-    def observe(self, node: str, rank: Optional[int], text: str, shown: str, *, chatter: bool) -> None:
-        """One line from ``node`` (``rank`` None for torchrun's own); ``chatter`` lines are not kept."""
+    def observe(
+        self, node: str, rank: Optional[int], text: str, shown: str, *, chatter: bool, pid_ranks: Optional[dict[int, int]] = None
+    ) -> Optional[dict[str, Any]]:
+        """One line from ``node`` (``rank`` None for torchrun's own); ``chatter`` lines are not kept.
+
+        Returns the worker failure when this is torchrun's "failed (exitcode: N) local_rank: L (pid: P)"
+        line, the earliest sign that a rank died (torchrun's summary comes only after its shutdown);
+        ``pid_ranks`` (pid → global rank, from the ``started`` lines) names the rank.
+        """
         if not chatter:
             self.tails.setdefault(node, deque(maxlen=200)).append((rank, shown))
         if rank is not None:
             if _STACK_RE.match(text):
                 self.dumped.add(rank)
-        else:
-            self._root_cause(node, text)
+            return None
+        match = _WORKER_FAILED_RE.search(text)
+        if match:
+            pid = int(match.group(3))
+            entry = {"node": node, "rank": (pid_ranks or {}).get(pid), "local_rank": int(match.group(2)), "pid": pid,
+                     "exitcode": int(match.group(1)), "order": len(self.root_causes)}
+            self.root_causes.append(entry)
+            return entry
+        self._root_cause(node, text)
+        return None
 
     def reset_dumps(self) -> None:
         """Forget earlier stack dumps (before sending SIGUSR1)."""
@@ -105,7 +128,7 @@ class FailureTracker:
         def killed(cause: dict[str, Any]) -> bool:
             return cause.get("exitcode", 0) < 0 and cause.get("exitcode") not in (-15, -2)
 
-        causes = sorted(self.root_causes, key=lambda c: (not killed(c), c["order"]))
+        causes = sorted((c for c in self.root_causes if c.get("rank") is not None), key=lambda c: (not killed(c), c["order"]))
         if causes:
             best = causes[0]
             if killed(best) or trigger_node is None or best["node"] == trigger_node:

@@ -17,7 +17,8 @@ works on a node before, during and after a run, with nothing installed. Commands
 ``kill RUN_ID NODE GRACE [PGID [RUNDIR]]``
     SIGTERM (then SIGCONT, so a stopped process can act on it) to the process group and to every
     process whose environment carries ``FTWIZ_RUN_ID=RUN_ID`` and ``FTWIZ_NODE=NODE``; after
-    ``GRACE`` s SIGKILL what is left; print one JSON object ``{"killed": [...], "remaining": [...]}``.
+    ``GRACE`` s, or as soon as no worker (``RANK`` in its environment) is left, SIGKILL the rest;
+    print one JSON object ``{"killed": [...], "remaining": [...]}``.
     Matching the node as well as the run keeps nodes that share a PID space (containers,
     network-namespace test nodes) from killing each other's processes.
 ``signal RUN_ID NODE SIGNAME``
@@ -79,6 +80,11 @@ def run_processes(run_id, node):
     return found
 
 
+def _is_worker(pid):
+    env = _environ(pid)
+    return bool(env) and "RANK" in env and "LOCAL_RANK" in env
+
+
 def _group_pids(pgid):
     pids = []
     for entry in os.listdir("/proc"):
@@ -131,9 +137,14 @@ def cmd_kill(run_id, node, grace, pgid=None, rundir=None):
         killed[pid] = {"pid": pid, "cmdline": _cmdline(pid), "signal": "SIGTERM"}
         _send(pid, signal.SIGTERM)
         _send(pid, signal.SIGCONT)
+    # The grace is for the ranks. Once they are gone, what is left is torchrun and its shell, whose
+    # remaining work (a rendezvous shutdown against a store that is going away) can hang: KILL them.
     deadline = time.time() + grace
-    while time.time() < deadline and targets():
-        time.sleep(0.1)
+    while time.time() < deadline:
+        left = targets()
+        if not left or not any(_is_worker(pid) for pid in left):
+            break
+        time.sleep(0.05)
     for pid in targets():
         info = killed.setdefault(pid, {"pid": pid, "cmdline": _cmdline(pid)})
         info["signal"] = "SIGKILL"

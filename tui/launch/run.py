@@ -46,7 +46,7 @@ from tui.launch.events import (
     RunNote,
     RunResult,
 )
-from tui.launch.failure import FailureTracker, describe_exit
+from tui.launch.failure import FailureTracker, describe_exit, describe_worker_exit
 from tui.launch.plan import NodePlan, build_plan, start_script
 from tui.launch.progress import ProgressModel, parse_protocol, split_rank
 from tui.launch.record import RunRecord, load_record, new_run_id, runs_dir
@@ -130,6 +130,7 @@ class Run:
         self._started_at: Optional[float] = None
         self.failures = FailureTracker(n.name for n in config.nodes)
         self._exit_order: list[str] = []
+        self._worker_failure: Optional[dict[str, Any]] = None
         self._node_state: dict[str, NodeState] = {}
         self.record.data.update(
             {
@@ -392,6 +393,11 @@ class Run:
             if failed:
                 first = min(failed, key=lambda r: self._exit_order.index(r.name) if r.name in self._exit_order else 99)
                 return self._stop_all(f"torchrun on {first.name} {describe_exit(first.exit)}", status="failed", trigger_node=first.name)
+            if self._worker_failure is not None:
+                # torchrun said a worker died: with --max-restarts=0 that node is going down; act now.
+                f = self._worker_failure
+                who = f"rank {f['rank']}" if f.get("rank") is not None else f"local rank {f['local_rank']}"
+                return self._stop_all(f"{who} on {f['node']} {describe_worker_exit(f['exitcode'])}", status="failed", trigger_node=f["node"])
             active = [r for r in runners if r.exit is None]
             if not active:
                 return self._succeeded()
@@ -480,7 +486,10 @@ class Run:
         self.record.log(node, shown)
         obj = parse_protocol(text)
         # Protocol chatter (heartbeats, progress) would push the useful lines out of the tail.
-        self.failures.observe(node, rank, text, shown, chatter=obj is not None and obj.get("ftwiz") not in ("error", "note"))
+        pid_ranks = {i.pid: r for r, i in self.progress.ranks.items() if i.pid is not None and i.node == node}
+        failure = self.failures.observe(node, rank, text, shown, chatter=obj is not None and obj.get("ftwiz") not in ("error", "note"), pid_ranks=pid_ranks)
+        if failure is not None and self._worker_failure is None:
+            self._worker_failure = failure
         if obj is not None:
             kind = obj.get("ftwiz")
             if self.progress.update(node, rank, obj):
