@@ -5,7 +5,8 @@
   ``/usr/bin/python3`` as training interpreter (no torch import per agent). One
   :class:`tui.client.AgentClient` polls the first N concurrently; after one warm-up poll (keep-alive
   connections open, as in the TUI's steady state) the median of several polls is reported, and the
-  ratio to N = 1. The cold first poll of all 64 (connection set-up included) is reported too.
+  ratio to N = 1. The cold first poll of all 64 (connection set-up included) and the controller's own
+  CPU time per 64-agent poll are reported too, with the machine's load average (other work shares it).
 - **ftwiz --help**: median wall time of ``python -m tui.cli --help`` in a fresh process; the baseline
   is ``python -c pass`` (interpreter start alone).
 - **ftwiz --check**: median wall time of ``python -m tui.cli --check`` against a one-node cluster on
@@ -114,7 +115,15 @@ def _config(ports: list[int], token: Path, **node_extra: Any):
                        job=JobConfig(workload="allreduce"))
 
 
-async def _time_polls(config, repeats: int) -> tuple[float, list[float], int]:
+def _cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _time_polls(config, repeats: int) -> tuple[float, list[float], int, float]:
+    """(cold first poll, warm poll wall times, nodes up, controller CPU seconds per warm poll)."""
     from tui.client import AgentClient
 
     async with AgentClient(config) as client:
@@ -122,12 +131,14 @@ async def _time_polls(config, repeats: int) -> tuple[float, list[float], int]:
         first = await client.poll()
         cold = time.perf_counter() - start
         times = []
+        cpu_start = _cpu_seconds()
         for _ in range(repeats):
             start = time.perf_counter()
             statuses = await client.poll()
             times.append(time.perf_counter() - start)
+        cpu = (_cpu_seconds() - cpu_start) / max(1, repeats)
         up = sum(1 for s in statuses.values() if s.up) if repeats else sum(1 for s in first.values() if s.up)
-    return cold, times, up
+    return cold, times, up, cpu
 
 
 def _poll_rows(quick: bool) -> list[dict]:
@@ -143,7 +154,7 @@ def _poll_rows(quick: bool) -> list[dict]:
         print(f"   {len(ports)} agents ready in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
         base = None
         for n in sizes:
-            cold, times, up = asyncio.run(_time_polls(_config(ports[:n], token), repeats))
+            cold, times, up, cpu = asyncio.run(_time_polls(_config(ports[:n], token), repeats))
             if up != n:
                 raise RuntimeError(f"only {up}/{n} agents answered the poll")
             median = statistics.median(times)
@@ -154,6 +165,12 @@ def _poll_rows(quick: bool) -> list[dict]:
             if n == max(sizes):
                 rows.append({"measure": f"poll {n} agents, cold (new connections)", "value": round(cold, 4), "unit": "s",
                              "baseline": None, "ratio": None, "target": None})
+                # On loopback the 64 agents share the controller's cores; on a real cluster each has its own
+                # machine and the controller's CPU per poll is what grows with N.
+                rows.append({"measure": f"controller CPU per warm poll of {n} agents", "value": round(cpu, 4), "unit": "s",
+                             "baseline": None, "ratio": None, "target": None})
+        rows.append({"measure": "load average (1 min) after the polls", "value": round(os.getloadavg()[0], 1), "unit": "",
+                     "baseline": None, "ratio": None, "target": None})
     finally:
         _stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import errno
+import ssl
 import os
 import time
 from dataclasses import dataclass
@@ -165,6 +166,7 @@ class AgentClient:
         # One keep-alive AsyncClient per agent rather than one for the cluster: httpcore's pool scans
         # every connection for every queued request, which makes a 64-node poll quadratic.
         self._clients: dict[str, httpx.AsyncClient] = {}
+        self._ssl: Optional[ssl.SSLContext] = None
 
     async def __aenter__(self) -> "AgentClient":
         return self
@@ -182,8 +184,11 @@ class AgentClient:
         client = self._clients.get(url)
         if client is None:
             # trust_env=False: a corporate HTTP(S)_PROXY must never see the token or intercept node traffic.
+            if self._ssl is None:
+                # Built once: httpx would load the CA bundle again for every client (~35 ms each).
+                self._ssl = ssl.create_default_context()
             client = httpx.AsyncClient(base_url=url, headers=self._headers, transport=self._transport, trust_env=False,
-                                       limits=httpx.Limits(max_connections=8, max_keepalive_connections=4))
+                                       verify=self._ssl, limits=httpx.Limits(max_connections=8, max_keepalive_connections=4))
             self._clients[url] = client
         return client
 
