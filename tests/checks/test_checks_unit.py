@@ -1,0 +1,88 @@
+"""Checks on constructed reports, for faults a namespace cluster cannot produce (all its nodes share one
+clock, one driver, one disk): clock skew, driver and package mismatches, disk space.
+
+The reports are built by hand; the check functions are the real ones.
+"""
+
+from __future__ import annotations
+
+from shared.config import ClusterConfig, FtwizConfig, JobConfig, NodeConfig
+from shared.models import DiskInfo, GpuInfo, NodeReport, SoftwareVersions
+from tui.checks.agents import clock_skew
+from tui.checks.base import CheckContext
+from tui.checks.resources import disk_free
+from tui.checks.software import env_packages, env_parity
+from tui.client import NodeState, NodeStatus
+
+GIB = 1024**3
+PY = "/opt/venv/bin/python"
+
+
+def software(**kw) -> SoftwareVersions:
+    base = dict(python_executable=PY, python="3.11.7", torch="2.4.1+cu124", torch_cuda="12.4", nccl="2.20.5",
+                transformers="4.45.0", peft="0.12.0", bitsandbytes="0.43.3", accelerate="0.34.0")
+    base.update(kw)
+    return SoftwareVersions(**base)
+
+
+def node_report(name: str, *, now: float = 1000.0, sw: SoftwareVersions | None = None, driver: str = "550.54.15",
+                disks: list[DiskInfo] | None = None) -> NodeReport:
+    gpu = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * GIB, memory_free_bytes=79 * GIB)
+    return NodeReport(node_name=name, hostname=name, agent_version="0.1.0", time_unix=now, gpus=[gpu],
+                      driver_version=driver, software=sw or software(), disks=disks or [])
+
+
+def context(reports: dict[str, NodeReport], *, job: JobConfig | None = None, sent: float = 1000.0) -> CheckContext:
+    nodes = [NodeConfig(name=n, host=f"10.0.0.{i + 1}", python=PY, workdir="/data/ftwiz") for i, n in enumerate(reports)]
+    config = FtwizConfig(cluster=ClusterConfig(), nodes=nodes, job=job or JobConfig(workload="sft", method="qlora"))
+    statuses = {n: NodeStatus(n, f"http://{n}", NodeState.UP, report=r, sent_at=sent, received_at=sent + 0.002, rtt_s=0.002)
+                for n, r in reports.items()}
+    return CheckContext(config, statuses, client=None)
+
+
+def test_clock_skew_names_the_node_that_is_off():
+    ctx = context({"n0": node_report("n0", now=1000.001), "n1": node_report("n1", now=1000.3), "n2": node_report("n2", now=1002.5)})
+    rows = {r.node: r for r in clock_skew(ctx)}
+    assert rows["n0"].status == "pass" and rows["n1"].status == "pass"
+    assert rows["n2"].status == "fail" and "+2.499 s vs master n0" in rows["n2"].detail
+    assert "timedatectl set-ntp true" in rows["n2"].hint
+
+
+def test_driver_mismatch_warns_and_library_mismatch_warns():
+    ctx = context({"n0": node_report("n0"), "n1": node_report("n1"),
+                   "n2": node_report("n2", driver="535.104.05", sw=software(transformers="4.44.2"))})
+    rows = env_parity(ctx)
+    assert {(r.status, r.node) for r in rows} == {("warn", "n2")}
+    details = " | ".join(r.detail for r in rows)
+    assert "NVIDIA driver 535.104.05 on n2 vs 550.54.15 on n0, n1" in details
+    assert "transformers 4.44.2 on n2 vs 4.45.0 on n0, n1" in details
+    assert any("-m pip install transformers==4.45.0" in r.hint for r in rows)
+
+
+def test_cuda_build_mismatch_fails():
+    ctx = context({"n0": node_report("n0"), "n1": node_report("n1", sw=software(torch="2.4.1+cu118", torch_cuda="11.8"))})
+    failed = {(r.node, r.detail.split(" on ")[0]) for r in env_parity(ctx) if r.status == "fail"}
+    assert ("n1", "torch 2.4.1+cu118") in failed and ("n1", "torch CUDA build 11.8") in failed
+
+
+def test_missing_package_fails_and_wrong_interpreter_warns():
+    ctx = context({"n0": node_report("n0"), "n1": node_report("n1", sw=software(peft=None, bitsandbytes=None)),
+                   "n2": node_report("n2", sw=software(python_executable="/usr/bin/python3"))})
+    rows = {(r.node, r.status): r for r in env_packages(ctx)}
+    fail = rows[("n1", "fail")]
+    assert "peft, bitsandbytes missing" in fail.detail and "needs torch, transformers, peft, bitsandbytes" in fail.detail
+    assert fail.hint == f"on n1: {PY} -m pip install peft bitsandbytes"
+    assert "restart the agent on n2 with --python /opt/venv/bin/python" in rows[("n2", "warn")].hint
+    lora = context({"n0": node_report("n0", sw=software(bitsandbytes=None))}, job=JobConfig(workload="sft", method="lora", optimizer="adamw"))
+    assert [r.status for r in env_packages(lora)] == ["pass"]
+
+
+def test_disk_space():
+    small = DiskInfo(path="/data/ftwiz", exists=True, total_bytes=100 * GIB, free_bytes=2 * GIB)
+    roomy = DiskInfo(path="/data/ftwiz", exists=True, total_bytes=1000 * GIB, free_bytes=500 * GIB)
+    ctx = context({"n0": node_report("n0", disks=[roomy]), "n1": node_report("n1", disks=[small]), "n2": node_report("n2")},
+                  job=JobConfig(workload="sft", model="meta-llama/Llama-2-7b-hf", method="full"))
+    rows = {r.node: r for r in disk_free(ctx)}
+    assert rows["n0"].status == "pass" and "checkpoints of ~" in rows["n0"].detail
+    assert rows["n1"].status == "fail" and "2.0 GiB free at /data/ftwiz" in rows["n1"].detail
+    assert rows["n2"].status == "skip" and "--disk-path /data/ftwiz" in rows["n2"].hint
