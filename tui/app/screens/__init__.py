@@ -1,0 +1,1 @@
+"""The screens (one per wizard step, plus dialogs) of the wizard."""

@@ -1,0 +1,1 @@
+"""Widgets, one per file, in a folder per region of the wizard."""

@@ -1,0 +1,1 @@
+"""Widgets of the checklist region of the wizard."""

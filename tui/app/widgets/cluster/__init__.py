@@ -1,0 +1,1 @@
+"""Widgets of the cluster region of the wizard."""

@@ -1,0 +1,1 @@
+"""Widgets of the common region of the wizard."""

@@ -1,0 +1,1 @@
+"""Widgets of the job region of the wizard."""

@@ -1,0 +1,1 @@
+"""Widgets of the launch region of the wizard."""
