@@ -132,6 +132,7 @@ def _gpu_problems(gpu: GpuInfo) -> str:
 
 def _network_section(report: NodeReport, palette: Palette) -> list[Text]:
     lines = [_heading("Network", palette, "nvidia_peermem loaded" if report.nvidia_peermem_loaded else "")]
+    name_width = max([10] + [len(nic.name) for nic in report.nics])
     for nic in report.nics:
         addresses = " ".join(f"{a.address}/{a.prefixlen}" if a.prefixlen is not None else a.address for a in nic.addresses if a.family == "ipv4")
         flags = []
@@ -144,7 +145,7 @@ def _network_section(report: NodeReport, palette: Palette) -> list[Text]:
             flags.append("default route")
         if nic.is_loopback:
             flags.append("loopback")
-        lines.append(Text(f" {nic.name:<10} {addresses or '—':<20} {' · '.join(flags)}", no_wrap=True, overflow="ellipsis",
+        lines.append(Text(f" {nic.name:<{name_width}} {addresses or '—':<20} {' · '.join(flags)}", no_wrap=True, overflow="ellipsis",
                           style=palette.muted if nic.is_loopback or nic.is_up is False else ""))
     if not report.nics:
         lines.append(Text(" no interfaces reported", style=palette.muted))
