@@ -114,15 +114,19 @@ def _signals(run: Run) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any]]:
-    """Run the checklist; print what did not pass. Returns (may launch, reports per node)."""
+def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], Optional[float]]:
+    """Run the checklist; print what did not pass.
+
+    Returns (may launch, reports per node, unix time until which the master's agent still holds the
+    rendezvous port for the firewall test).
+    """
     import asyncio
 
     try:
         from tui.checks.engine import run_checklist_full
     except ImportError as exc:
         _err(f"warning: the checklist is not available ({exc})")
-        return force, {}
+        return force, {}, None
 
     def progress(label: str, done: int, total: int) -> None:
         if ":" in label:
@@ -133,20 +137,23 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any]]:
         checked = asyncio.run(run_checklist_full(config, progress=progress))
     except Exception as exc:  # the checklist failing must not hide why; --force still launches
         _err(f"{'warning' if force else 'ERROR'}: the checklist could not run: {type(exc).__name__}: {exc}")
-        return force, {}
+        return force, {}, None
     reports = {name: s.report for name, s in checked.statuses.items() if getattr(s, "report", None) is not None}
+    listener = getattr(checked, "rendezvous_listener_until", None)
+    # The master's clock may differ from ours by up to the checklist's skew bound (1 s).
+    until = listener + 1.0 if listener else None
     shown = [r for r in checked.results if r.status in ("fail", "warn")]
     for row in shown:
         _err(f"  {row.status.upper()}  {row.id}  {row.node or '-'}  {row.detail}" + (f"\n        fix: {row.hint}" if row.hint else ""))
     fails = sum(1 for r in checked.results if r.status == "fail")
     if fails and not force:
         _err(f"ERROR: {fails} check(s) failed: not launching. Fix them (see `ftwiz --check`), or pass --force to launch anyway")
-        return False, reports
+        return False, reports, until
     if fails:
         _err(f"warning: {fails} check(s) failed; launching anyway (--force)")
     else:
         _err(f"checklist passed ({len(checked.results)} rows, {len(shown)} warning(s))")
-    return True, reports
+    return True, reports, until
 
 
 def _poll_reports(config: FtwizConfig) -> dict[str, Any]:
@@ -214,8 +221,9 @@ def launch(
             return EXIT_USAGE
         output_dir = load_record(base, resumed_from).get("output_dir") or config.job.output_dir
         _err(f"resuming run {resumed_from}: continuing from the latest checkpoint in {output_dir}")
+    start_not_before = None
     if checklist:
-        allowed, reports = _checklist(config, force)
+        allowed, reports, start_not_before = _checklist(config, force)
         if not allowed:
             return EXIT_FAILED
     else:
@@ -223,7 +231,8 @@ def launch(
     if not yes and (not sys.stdin or not sys.stdin.isatty()):
         _err("ERROR: not launching: no terminal to confirm on; pass --yes to launch without asking")
         return EXIT_USAGE
-    run = Run(config, options=options, reports=reports, resume=resume, output_dir=output_dir, resumed_from=resumed_from)
+    run = Run(config, options=options, reports=reports, resume=resume, output_dir=output_dir, resumed_from=resumed_from,
+              start_not_before=start_not_before)
     if not _confirm(config, run, yes):
         run.record.update(status="cancelled")
         return EXIT_USAGE

@@ -108,6 +108,7 @@ class Run:
         output_dir: Optional[str] = None,
         resumed_from: Optional[str] = None,
         config_source: Optional[str] = None,
+        start_not_before: Optional[float] = None,
     ) -> None:
         self.config = config
         self.run_id = run_id or new_run_id()
@@ -116,6 +117,9 @@ class Run:
         self.network_env = network_env if network_env is not None else plan_network(config, self.reports)
         self.resume = resume
         self.output_dir = output_dir or config.job.output_dir
+        #: Unix time before which torchrun must not start (the checklist's test listener still holds
+        #: the rendezvous port on the master until then); the nodes are prepared meanwhile.
+        self.start_not_before = start_not_before
         self.progress = ProgressModel()
         self.record = RunRecord(runs_dir(self.options.runs_dir), self.run_id)
         self.plans: dict[str, NodePlan] = {}
@@ -227,6 +231,10 @@ class Run:
         if problems:
             self._launch_failed("could not prepare every node; nothing was started", problems)
         t_prepared = time.monotonic()
+        if self.start_not_before is not None and self.start_not_before > time.time():
+            wait = self.start_not_before - time.time()
+            self._note(f"waiting {wait:.1f} s for the checklist's test listener to free port {self.config.cluster.rendezvous_port} on the master")
+            time.sleep(wait)
         for name in self._runners:
             self._set_state(name, NodeState.STARTING)
         futures = {name: r.submit(r.launch) for name, r in self._runners.items()}
