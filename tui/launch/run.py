@@ -448,7 +448,10 @@ class Run:
                 self._note("every node answers again; supervision resumed")
                 for r in active:
                     self._set_state(r.name, NodeState.RUNNING)
-            if silent:
+            # Ticks come once a second per node, each on its own phase: a node counts as answering only if
+            # heard from within a few ticks, so an all-nodes drop is not mistaken for one node's.
+            answering = [r for r in active if r not in silent and r.last_rx is not None and now - r.last_rx < 2.5 * opts.tick_s + 0.5]
+            if silent and answering:
                 node = silent[0]
                 since = now - (node.last_rx or now)
                 return self._stop_all(
@@ -457,6 +460,8 @@ class Run:
                     trigger_node=node.name,
                     unreachable=[r.name for r in silent],
                 )
+            if silent:
+                continue  # the others went quiet too: this is likely our side's network; see next round
             stalled = self._stalled_ranks(now)
             if stalled is not None:
                 return self._stall_stop(stalled)
