@@ -234,7 +234,11 @@ class Run:
         if self.start_not_before is not None and self.start_not_before > time.time():
             wait = self.start_not_before - time.time()
             self._note(f"waiting {wait:.1f} s for the checklist's test listener to free port {self.config.cluster.rendezvous_port} on the master")
-            time.sleep(wait)
+            while time.time() < self.start_not_before and self._stop_request is None:
+                time.sleep(0.1)
+        if self._stop_request is not None:
+            # Stopped before "go": closing the prepared execs starts nothing anywhere.
+            self._launch_failed(f"not started: {self._stop_request}", {})
         for name in self._runners:
             self._set_state(name, NodeState.STARTING)
         futures = {name: r.submit(r.launch) for name, r in self._runners.items()}
@@ -304,7 +308,8 @@ class Run:
 
     def _launch_failed(self, message: str, problems: Mapping[str, str]) -> None:
         self._close_runners()
-        result = RunResult(self.run_id, "launch_failed", EXIT_FAILED, reason=f"{message}: " + "; ".join(f"{n}: {p}" for n, p in problems.items()))
+        details = "; ".join(f"{n}: {p}" for n, p in problems.items())
+        result = RunResult(self.run_id, "launch_failed", EXIT_FAILED, reason=f"{message}: {details}" if details else message)
         self._finish(result)
         raise LaunchError(message, problems)
 
@@ -628,10 +633,14 @@ class Run:
             self._pump(0.1)
         self._pump(0.05)
         unreaped = self._reap(to_reap, leftovers)
-        failed_node, failed_rank = self.failures.attribute(
-            trigger_node, trigger_rank, rank_nodes={r: i.node for r, i in self.progress.ranks.items()}, errors=self.progress.errors
-        )
-        last = self.failures.last_lines(failed_node, failed_rank, self.options.last_lines)
+        failed_node: Optional[str] = None
+        failed_rank: Optional[int] = None
+        last: list[str] = []
+        if status == "failed":  # an operator's stop blames nobody (its SIGTERMs show up as worker failures)
+            failed_node, failed_rank = self.failures.attribute(
+                trigger_node, trigger_rank, rank_nodes={r: i.node for r, i in self.progress.ranks.items()}, errors=self.progress.errors
+            )
+            last = self.failures.last_lines(failed_node, failed_rank, self.options.last_lines)
         exit_code = EXIT_STOPPED if status == "stopped" else EXIT_FAILED
         result = RunResult(
             self.run_id,
