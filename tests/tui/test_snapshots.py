@@ -10,6 +10,8 @@ import pytest
 
 from tests.tui.snapshot_app import snapshot_app
 from tests.tui.waiting import wait_for
+from tui.app.screens.confirm_screen import ConfirmScreen
+from tui.app.screens.help_screen import HelpScreen
 
 
 async def _polled(pilot) -> None:
@@ -90,6 +92,7 @@ def test_help(snap_compare, config):
     async def help_keys(pilot):
         await _polled(pilot)
         await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), what="the help screen")
         await pilot.pause()
 
     assert snap_compare(snapshot_app(config), terminal_size=(80, 24), run_before=help_keys)
@@ -100,6 +103,8 @@ def test_quit_with_unsaved_changes(snap_compare, config):
         await _polled(pilot)
         pilot.app.remove_node("node3")
         await pilot.press("ctrl+q")
+        # the quit action is a worker: the question appears a few event-loop turns after the key
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen), what="the quit question")
         await pilot.pause()
 
     assert snap_compare(snapshot_app(config), terminal_size=(80, 24), run_before=quit_dirty)
