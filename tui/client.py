@@ -332,6 +332,10 @@ class AgentClient:
         """Ask ``node``'s agent to listen on ``port`` for ``ttl_s`` s; status_code 409 means the port is taken."""
         return await self._call(node, "POST", "/v1/probe/listen", ListenProbeResult, json={"port": port, "ttl_s": min(ttl_s, 120.0)})
 
+    async def probe_unlisten(self, node: NodeRef, port: int) -> AgentReply[ListenProbeResult]:
+        """Ask ``node``'s agent to close its test listener on ``port`` now; status_code 404 means none was held."""
+        return await self._call(node, "DELETE", f"/v1/probe/listen/{int(port)}", ListenProbeResult)
+
     async def probe_bandwidth(self, node: NodeRef, peer_url: str, seconds: float = 1.0) -> AgentReply[BandwidthProbeResult]:
         """Ask ``node``'s agent to stream to ``peer_url`` (another agent) for ``seconds`` (≤ 10)."""
         body = {"peer_url": peer_url, "seconds": min(seconds, 10.0)}

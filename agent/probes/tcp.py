@@ -120,6 +120,16 @@ class ListenerRegistry:
             asyncio.get_running_loop().call_later(ttl_s, self._expire, port, listener)
             return ListenProbeResult(port=port, listening=True, expires_at=listener.expires_at, accepted=0)
 
+    async def close(self, port: int) -> ListenProbeResult:
+        """Close the listener held on ``port`` before its time to live; :class:`ListenError` 404 if none is."""
+        async with self._lock:
+            listener = self._listeners.pop(port, None)
+            if listener is None:
+                raise ListenError(404, f"this agent holds no test listener on port {port} (never opened, or already expired)")
+            listener.server.close()
+            await listener.server.wait_closed()
+            return ListenProbeResult(port=port, listening=False, expires_at=time.time(), accepted=listener.accepted)
+
     def close_all(self) -> None:
         """Close every listener (agent shutdown)."""
         for listener in self._listeners.values():

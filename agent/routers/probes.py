@@ -1,6 +1,6 @@
-"""``POST /v1/probe/{connect,listen,bandwidth}``: network checks run from this node."""
+"""``POST /v1/probe/{connect,listen,bandwidth}``, ``DELETE /v1/probe/listen/{port}``: network checks run from this node."""
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Path
 
 from shared.models import (
     BandwidthProbeRequest,
@@ -40,6 +40,20 @@ async def listen(body: ListenProbeRequest, state: AgentState = Depends(get_state
     """Listen on ``port`` (all IPv4 addresses) for ``ttl_s`` seconds, so peers can test it."""
     try:
         return await state.listeners.listen(body.port, body.ttl_s)
+    except tcp.ListenError as error:
+        raise HTTPException(status_code=error.status, detail=error.detail) from None
+
+
+@router.delete(
+    "/listen/{port}",
+    response_model=ListenProbeResult,
+    summary="Close a temporary TCP listener before its time to live",
+    responses={404: {"model": ErrorBody, "description": "This agent holds no test listener on that port."}},
+)
+async def unlisten(port: int = Path(ge=1, le=65535), state: AgentState = Depends(get_state)) -> ListenProbeResult:
+    """Free ``port`` now (the checklist closes its rendezvous test listener so a launch can bind it at once)."""
+    try:
+        return await state.listeners.close(port)
     except tcp.ListenError as error:
         raise HTTPException(status_code=error.status, detail=error.detail) from None
 

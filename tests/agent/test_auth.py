@@ -10,6 +10,7 @@ from .conftest import AgentProcess, free_port
 # One request per route that would succeed with the right token; the matrix below checks the
 # live OpenAPI document lists exactly these, so a new route cannot skip the auth test.
 def route_requests(agent: AgentProcess) -> dict[tuple[str, str], dict]:
+    held = free_port()
     return {
         ("GET", "/healthz"): {},
         ("GET", "/v1/report"): {},
@@ -17,6 +18,7 @@ def route_requests(agent: AgentProcess) -> dict[tuple[str, str], dict]:
         ("GET", "/metrics"): {},
         ("POST", "/v1/probe/connect"): {"json": {"host": "127.0.0.1", "port": agent.port, "timeout_s": 2}},
         ("POST", "/v1/probe/listen"): {"json": {"port": free_port(), "ttl_s": 1}},
+        ("DELETE", "/v1/probe/listen/{port}"): {"path": f"/v1/probe/listen/{held}", "listen_first": held},
         ("POST", "/v1/probe/bandwidth"): {"json": {"peer_url": agent.url, "seconds": 0.2}},
         ("POST", "/v1/sink"): {"content": b"x" * 1000},
         ("POST", "/v1/runs/{run_id}/stop"): {"path": "/v1/runs/auth-matrix-no-such-run/stop"},
@@ -41,6 +43,9 @@ def test_auth_matrix(agent: AgentProcess, credential: str) -> None:
         for (method, path), request in route_requests(agent).items():
             request = dict(request)
             url = request.pop("path", path)
+            listen_first = request.pop("listen_first", None)
+            if listen_first is not None:  # something to close, opened with the right token
+                assert http.post("/v1/probe/listen", json={"port": listen_first, "ttl_s": 5}, headers=agent.auth).status_code == 200
             response = http.request(method, url, headers=headers, **request)
             if path == "/healthz" or credential == "right":
                 assert response.status_code == 200, (method, path, response.status_code, response.text)

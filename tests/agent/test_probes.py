@@ -77,6 +77,23 @@ def test_listen_on_a_taken_port_is_409(client: httpx.Client) -> None:
     assert f"port {port} is already in use on node plain" in detail and "ss -ltnp" in detail
 
 
+def test_listener_closed_on_request_frees_the_port(client: httpx.Client) -> None:
+    port = free_port()
+    assert client.post("/v1/probe/listen", json={"port": port, "ttl_s": 60}).status_code == 200
+    assert connect(client, port).reachable
+    response = client.delete(f"/v1/probe/listen/{port}")
+    assert response.status_code == 200, response.text
+    closed = ListenProbeResult.model_validate_json(response.content)
+    assert not closed.listening and closed.port == port and closed.accepted >= 1
+    assert not connect(client, port).reachable, "DELETE must free the port at once, not at the ttl"
+    with socket.socket() as sock:  # what torchrun's store does next
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", port))
+    again = client.delete(f"/v1/probe/listen/{port}")
+    assert again.status_code == 404 and f"no test listener on port {port}" in again.json()["detail"]
+    assert client.delete("/v1/probe/listen/0").status_code == 422
+
+
 def test_listener_closes_after_its_ttl(client: httpx.Client) -> None:
     port = free_port()
     assert client.post("/v1/probe/listen", json={"port": port, "ttl_s": 0.5}).status_code == 200

@@ -45,9 +45,24 @@ async def rendezvous(ctx: CheckContext) -> list[CheckResult]:
         return [result("rendezvous.port_free", free_title, "fail" if listen.state.value == "up" else "skip", master.name,
                        f"listen probe failed: {listen.error}", listen.hint)]
     ctx.notes["rendezvous_listener_until"] = listen.value.expires_at
-    rows = [result("rendezvous.port_free", free_title, "pass", master.name, f"{master.name}'s agent bound {port} (test listener, closes in {max(0.0, listen.value.expires_at - time.time()):.0f} s)")]
-    if not others:
-        return rows
+    try:
+        answers = await _connect_all(ctx, others, port, timeout, ttl, listen.value.expires_at)
+    finally:
+        # Free the port now rather than at the listener's expiry, so a launch right after need not wait.
+        closed = await ctx.client.probe_unlisten(master, port)
+        if closed.ok:
+            ctx.notes["rendezvous_listener_until"] = None
+    held = ("closed after the test" if closed.ok else
+            f"closes in {max(0.0, ctx.notes['rendezvous_listener_until'] - time.time()):.0f} s")
+    rows = [result("rendezvous.port_free", free_title, "pass", master.name, f"{master.name}'s agent bound {port} (test listener, {held})")]
+    for node, reply in answers:
+        rows.append(_reach_row(ctx, node, reply, reach_title, port))
+    return rows
+
+
+async def _connect_all(ctx: CheckContext, others: list, port: int, timeout: float, ttl: float, expires_at: float) -> list:
+    """``(node, connect reply or None when its agent is down)`` for every node but the master."""
+    master = ctx.master
 
     async def probe(node):
         if ctx.report(node) is None:
@@ -57,16 +72,14 @@ async def rendezvous(ctx: CheckContext) -> list[CheckResult]:
     answers = await asyncio.gather(*(probe(n) for n in others))
     # A busy node may dial after the short-lived test listener has closed: re-arm it once for those.
     expired = [n for n, reply in answers if reply is not None and reply.ok and not reply.value.reachable
-               and time.time() >= listen.value.expires_at - 0.5]
+               and time.time() >= expires_at - 0.5]
     if expired:
         again = await ctx.client.probe_listen(master, port, ttl)
         if again.ok:
             ctx.notes["rendezvous_listener_until"] = again.value.expires_at
             retried = {n.name: reply for n, reply in await asyncio.gather(*(probe(n) for n in expired))}
             answers = [(n, retried.get(n.name, reply)) for n, reply in answers]
-    for node, reply in answers:
-        rows.append(_reach_row(ctx, node, reply, reach_title, port))
-    return rows
+    return answers
 
 
 def _reach_row(ctx: CheckContext, node, reply, title: str, port: int) -> CheckResult:
