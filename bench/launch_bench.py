@@ -99,6 +99,13 @@ def _kill_all(run_id: str) -> None:
 # --------------------------------------------------------------------------- fan-out
 
 
+def _machine_busy_s() -> float:
+    """CPU seconds every process on this machine has spent so far (``/proc/stat``, all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def _torchrun_stand_in(directory: Path) -> Path:
     """A "python" for the fan-out nodes: the real interpreter for ftwiz's node helper, ``sleep`` for torchrun.
 
@@ -129,15 +136,16 @@ def fanout_rows(sizes: list[int], *, reps: int) -> list[dict]:
     workdir = Path(f"/tmp/ftwiz-bench-runs-{os.getpid()}")
     stand_in = _torchrun_stand_in(workdir)
     for n in sizes:
-        times, cpu = [], []
+        times, cpu, machine = [], [], []
         with Cluster.create(n, agent=False, training_python=str(stand_in)) as cluster:
             for _ in range(reps):
                 config = cluster.config(workload="allreduce", sizes_mb=[0.01], iterations=1, warmup_iterations=0)
                 run_ = Run(config, options=RunOptions(runs_dir=workdir), network_env={})
-                before = resource.getrusage(resource.RUSAGE_SELF)
+                before, machine_before = resource.getrusage(resource.RUSAGE_SELF), _machine_busy_s()
                 run_.launch()
-                after = resource.getrusage(resource.RUSAGE_SELF)
+                after, machine_after = resource.getrusage(resource.RUSAGE_SELF), _machine_busy_s()
                 cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+                machine.append(machine_after - machine_before)
                 times.append(run_.record.data["fanout_s"])
                 run_.request_stop("benchmark: fan-out measured")
                 run_.supervise()
@@ -146,14 +154,19 @@ def fanout_rows(sizes: list[int], *, reps: int) -> list[dict]:
         medians[n] = statistics.median(times)
         rows.append({"measure": f"ssh fan-out, {n} node(s): launch → torchrun started everywhere", "value": round(medians[n], 3),
                      "unit": "s", "runs": [round(t, 3) for t in times],
-                     "controller_cpu_s": round(statistics.median(cpu), 3)})
+                     "controller_cpu_s": round(statistics.median(cpu), 3),
+                     "machine_cpu_s": round(statistics.median(machine), 3),
+                     "machine_cpu_s_per_node": round(statistics.median(machine) / n, 3),
+                     "cpu_floor_s": round(statistics.median(machine) / (os.cpu_count() or 1), 3)})
     if 1 in medians and max(medians) > 1:
         top = max(medians)
         ratio = medians[top] / medians[1]
         rows.append({"measure": f"ssh fan-out time({top})/time(1)", "value": round(ratio, 3), "unit": "x", "target": "<= 1.5",
                      "baseline": round(medians[1], 3), "ratio": round(ratio, 3),
                      "note": "every namespace node's sshd, login shell and node helper share this machine's cores; "
-                             "controller_cpu_s in the per-size rows is the controller's own share"})
+                             "controller_cpu_s in the per-size rows is the controller's own share, machine_cpu_s all "
+                             "processes' (sshd, shells, helpers, controller), cpu_floor_s = machine_cpu_s / cores: "
+                             "the least time that much work takes here however parallel the fan-out is"})
     return rows
 
 
