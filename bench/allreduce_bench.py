@@ -9,7 +9,9 @@ size and round it measures, back to back in the same processes:
 - the bare loop: warm up, barrier, timed ``dist.all_reduce`` loop, mean time over ranks, nothing else.
 
 The order alternates every round (ABBA), so load from neighbours on shared cores hits both alike; a size's
-figures are medians over rounds. Target: workload ≥ 0.95 × bare loop.
+figures are medians over rounds. Small sizes get more iterations (each timed loop moves at least
+``MIN_LOOP_MB`` per rank), so a loop lasts long enough that a scheduler hiccup on the shared cores is a
+small part of it. Target: workload ≥ 0.95 × bare loop.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 0.95
 NPROC = 2
 MB = 1 << 20
+MIN_LOOP_MB = 320  # per timed loop and rank: 1 MB runs 320 iterations, 64 MB and up the configured count
+
+
+def loop_iterations(size_mb: float, iterations: int, min_loop_mb: float = MIN_LOOP_MB) -> int:
+    """Iterations for one timed loop of ``size_mb``: ``iterations``, or more to move ``min_loop_mb``."""
+    return max(iterations, -(-int(min_loop_mb) // max(1, int(size_mb))))
 
 
 def run(args) -> list[dict]:
@@ -37,11 +45,13 @@ def run(args) -> list[dict]:
     quick = bool(getattr(args, "quick", False))
     sizes = [1, 16] if quick else [1, 4, 16, 64, 256]
     iterations, warmup, rounds = (10, 3, 6) if quick else (20, 5, 6)
+    min_loop_mb = 64 if quick else MIN_LOOP_MB
     with tempfile.TemporaryDirectory(prefix="ftwiz-allreduce-bench-") as tmp:
         rundir = Path(tmp)
         shutil.copytree(REPO / "agent" / "workloads", rundir / "ftwiz_workloads", ignore=shutil.ignore_patterns("__pycache__"))
         stdout = _torchrun(rundir, [str(Path(__file__).resolve()), "--worker", "--sizes-mb", *map(str, sizes),
-                                    "--iterations", str(iterations), "--warmup", str(warmup), "--rounds", str(rounds)])
+                                    "--iterations", str(iterations), "--warmup", str(warmup), "--rounds", str(rounds),
+                                    "--min-loop-mb", str(min_loop_mb)])
     samples: dict[tuple[str, int], list[float]] = {}
     backend = "gloo"
     for line in stdout.splitlines():
@@ -58,7 +68,7 @@ def run(args) -> list[dict]:
             "value": round(value, 4), "unit": "GB/s", "baseline": round(baseline, 4),
             "ratio": round(value / baseline, 3) if baseline else None, "target": f">= {TARGET_RATIO} x bare loop",
             "samples": [round(x, 4) for x in ours], "baseline_samples": [round(x, 4) for x in bare],
-            "iterations": iterations, "rounds": rounds,
+            "iterations": loop_iterations(size_bytes / MB, iterations, min_loop_mb), "rounds": rounds,
         })
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
@@ -93,6 +103,7 @@ def worker_main(argv: list[str]) -> int:
     parser.add_argument("--iterations", type=int, required=True)
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--rounds", type=int, required=True)
+    parser.add_argument("--min-loop-mb", type=float, default=MIN_LOOP_MB)
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -109,15 +120,16 @@ def worker_main(argv: list[str]) -> int:
             print(json.dumps({"bench": who, "backend": backend, "size_bytes": size_bytes, "busbw_gbps": busbw}), flush=True)
 
     for size_mb in args.sizes_mb:
+        iterations = loop_iterations(size_mb, args.iterations, args.min_loop_mb)
         for round_number in range(args.rounds):
             order = ("workload", "bare") if round_number % 2 == 0 else ("bare", "workload")
             for who in order:
                 if who == "workload":
-                    result = measure(size_mb, rank=rank, device=device, iterations=args.iterations, warmup=args.warmup)
+                    result = measure(size_mb, rank=rank, device=device, iterations=iterations, warmup=args.warmup)
                     assert result.correct, f"wrong all-reduce sum at {size_mb} MB"
                     report(who, result.size_bytes, result.seconds)
                 else:
-                    size_bytes, seconds = _bare(size_mb, device, args.iterations, args.warmup)
+                    size_bytes, seconds = _bare(size_mb, device, iterations, args.warmup)
                     report(who, size_bytes, seconds)
     dist.destroy_process_group()
     return 0
