@@ -122,8 +122,10 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _time_polls(config, repeats: int) -> tuple[float, list[float], int, float]:
-    """(cold first poll, warm poll wall times, nodes up, controller CPU seconds per warm poll)."""
+async def _time_polls(config, repeats: int) -> tuple[float, list[float], int, float, float]:
+    """(cold first poll, warm poll wall times, nodes up, controller CPU s per warm poll, machine CPU s per warm poll)."""
+    from bench.launch_bench import _machine_busy_s
+
     from tui.client import AgentClient
 
     async with AgentClient(config) as client:
@@ -131,14 +133,15 @@ async def _time_polls(config, repeats: int) -> tuple[float, list[float], int, fl
         first = await client.poll()
         cold = time.perf_counter() - start
         times = []
-        cpu_start = _cpu_seconds()
+        cpu_start, machine_start = _cpu_seconds(), _machine_busy_s()
         for _ in range(repeats):
             start = time.perf_counter()
             statuses = await client.poll()
             times.append(time.perf_counter() - start)
         cpu = (_cpu_seconds() - cpu_start) / max(1, repeats)
+        machine = (_machine_busy_s() - machine_start) / max(1, repeats)
         up = sum(1 for s in statuses.values() if s.up) if repeats else sum(1 for s in first.values() if s.up)
-    return cold, times, up, cpu
+    return cold, times, up, cpu, machine
 
 
 def _poll_rows(quick: bool) -> list[dict]:
@@ -154,7 +157,7 @@ def _poll_rows(quick: bool) -> list[dict]:
         print(f"   {len(ports)} agents ready in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
         base = None
         for n in sizes:
-            cold, times, up, cpu = asyncio.run(_time_polls(_config(ports[:n], token), repeats))
+            cold, times, up, cpu, machine = asyncio.run(_time_polls(_config(ports[:n], token), repeats))
             if up != n:
                 raise RuntimeError(f"only {up}/{n} agents answered the poll")
             median = statistics.median(times)
@@ -169,6 +172,11 @@ def _poll_rows(quick: bool) -> list[dict]:
                 # machine and the controller's CPU per poll is what grows with N.
                 rows.append({"measure": f"controller CPU per warm poll of {n} agents", "value": round(cpu, 4), "unit": "s",
                              "baseline": None, "ratio": None, "target": None})
+                # Every process's CPU per poll (controller, agents, kernel) over the cores: the least wall time
+                # one poll can take on this machine however concurrent it is.
+                rows.append({"measure": f"CPU floor of a warm poll of {n} agents (all processes' CPU / {os.cpu_count()} cores)",
+                             "value": round(machine / (os.cpu_count() or 1), 4), "unit": "s",
+                             "baseline": None, "ratio": None, "target": None, "machine_cpu_s": round(machine, 4)})
         rows.append({"measure": "load average (1 min) after the polls", "value": round(os.getloadavg()[0], 1), "unit": "",
                      "baseline": None, "ratio": None, "target": None})
     finally:
