@@ -154,3 +154,36 @@ def test_wizard_in_tmux_checks_and_launches_allreduce(make_cluster, tmp_path):
         assert path.read_text().startswith("# written by tests/tui/test_terminal.py")  # nothing changed, nothing saved
     finally:
         tmux.kill()
+
+
+def test_wizard_in_tmux_job_step_fits_a_qlora_job(make_cluster, tmp_path):
+    """The Job step of a QLoRA fine-tune in a real terminal: per-GPU bars, verdicts and routing advice."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux not installed (apt-get install tmux, or `make sysdeps`)")
+    cluster = make_cluster(2, gpu_fixture=[str(FIXTURES / "h100-sxm-8x.json"), str(FIXTURES / "rtx4090-1x.json")])
+    config = cluster.config(workload="sft", model="meta-llama/Llama-2-7b-hf", dataset="data/train.jsonl", method="qlora",
+                            seq_len=2048, micro_batch_size=1)
+    config.nodes[0].gpus = 2
+    path = tmp_path / "ftwiz.toml"
+    path.write_text("# written by tests/tui/test_terminal.py for the namespace cluster\n" + to_toml(config))
+    tmux = Tmux(f"ftwiz-tui-job-{os.getpid()}")
+    env = {"TERM": "xterm-256color", "FTWIZ_RUNS_DIR": str(tmp_path / "runs"), "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "COLORTERM": "truecolor", "LANG": "C.UTF-8", "HF_HUB_OFFLINE": "1"}
+    tmux.start(f"{_ftwiz()} --config {shlex.quote(str(path))}", tmp_path, env)
+    try:
+        tmux.wait_for("8× H100", timeout=60)
+        tmux.wait_for("1× RTX 4090")
+        tmux.keys("F3")
+        tmux.wait_for("Per-GPU peak ≈", timeout=60)
+        screen = tmux.wait_for("node1 GPU0", timeout=30)  # a bar per selected GPU once the reports are in
+        # node0's two H100s (one row: same GPU, same verdict) and node1's RTX 4090 both hold a 7B QLoRA job
+        assert "node0 GPU0-1" in screen and screen.count("fits") >= 2, screen
+        assert "won't fit" not in screen, screen
+        _save("2-job-sft", screen)
+        tmux.keys("C-q")
+        deadline = time.monotonic() + 30
+        while not tmux.dead() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert tmux.dead(), tmux.screen()
+    finally:
+        tmux.kill()
