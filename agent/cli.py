@@ -140,9 +140,10 @@ def _quiet_server_class() -> type:
     class QuietServer(uvicorn.Server):
         """uvicorn's server, woken once a second instead of ten times while idle.
 
-        uvicorn's main loop sleeps 0.1 s between checks of ``should_exit``: ten wake-ups a second, a
-        third of an idle agent's CPU. Here the loop waits on an event that a signal sets (so stopping
-        stays immediate) and otherwise ticks once a second, which is as often as the Date header changes.
+        uvicorn's main loop sleeps 0.1 s between checks of ``should_exit``: ten wake-ups a second, most
+        of an idle agent's main-thread CPU (measured here: 0.3 % of a core, 0.07 % with this loop). Here
+        the loop waits on an event that a signal sets (so stopping stays immediate) and otherwise ticks
+        once a second, which is as often as the Date header changes.
         """
 
         _wake: "asyncio.Event | None" = None
