@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from shared.config import to_toml
+from tests.cluster.fixtures import in_ci
 
 CAPTURES = Path(__file__).resolve().parent / "captures"
 FIXTURES = Path(__file__).resolve().parents[2] / "agent" / "fixtures"
@@ -83,6 +84,14 @@ class Tmux:
         self.run("kill-server", check=False)
 
 
+def _need_tmux() -> None:
+    """Skip without tmux; in CI (``CI=true``) fail instead, since `make test` installs it."""
+    if shutil.which("tmux") is None:
+        if in_ci():
+            pytest.fail("CI=true but tmux is missing: `make sysdeps` (run by `make test` as root) installs it", pytrace=False)
+        pytest.skip("tmux not installed (apt-get install tmux, or `make sysdeps`)")
+
+
 def _save(name: str, text: str) -> None:
     CAPTURES.mkdir(exist_ok=True)
     (CAPTURES / f"{name}.txt").write_text(text.rstrip() + "\n")
@@ -96,8 +105,7 @@ def _ftwiz() -> str:
 
 
 def test_wizard_in_tmux_checks_and_launches_allreduce(make_cluster, tmp_path):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux not installed (apt-get install tmux, or `make sysdeps`)")
+    _need_tmux()
     cluster = make_cluster(3, gpu_fixture=[str(FIXTURES / "h100-sxm-8x.json"), str(FIXTURES / "rtx4090-1x.json"), None])
     config = cluster.config(workload="allreduce", sizes_mb=[1, 4], iterations=10, warmup_iterations=2)
     config.nodes[0].gpus = 2  # two of node0's eight (fixture) GPUs: 2+1+1 ranks on this 2-core machine
@@ -158,8 +166,7 @@ def test_wizard_in_tmux_checks_and_launches_allreduce(make_cluster, tmp_path):
 
 def test_wizard_in_tmux_job_step_fits_a_qlora_job(make_cluster, tmp_path):
     """The Job step of a QLoRA fine-tune in a real terminal: per-GPU bars, verdicts and routing advice."""
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux not installed (apt-get install tmux, or `make sysdeps`)")
+    _need_tmux()
     cluster = make_cluster(2, gpu_fixture=[str(FIXTURES / "h100-sxm-8x.json"), str(FIXTURES / "rtx4090-1x.json")])
     config = cluster.config(workload="sft", model="meta-llama/Llama-2-7b-hf", dataset="data/train.jsonl", method="qlora",
                             seq_len=2048, micro_batch_size=1)
