@@ -78,8 +78,17 @@ async def test_node_going_down_turns_its_row_red_without_crashing(loopback, tmp_
         app = make_app(FtwizConfig.model_validate(data), poll_interval=0.3)
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.cluster.nodes["spare"].state == "up", what="spare up")
+            table = app.screen.query_one(NodeTable)
+            table.cursor_row = list(app.cluster.nodes).index("spare")
+            body = app.screen.query_one(NodeDetail).query_one("#detail-body")
+            await wait_for(pilot, lambda: "spare · 127.0.0.21" in screen_text(app), what="spare's detail")
+            await pilot.pause(0.7)  # a refresh or two with the same number of lines: no layout pass needed
+            lines_up = body.size.height
             extra.agents[0].stop()
             await wait_for(pilot, lambda: app.cluster.nodes["spare"].state == "down", what="spare down")
+            # Going down adds the reason (wrapped) above the last values: the pane must grow (a layout pass), not clip.
+            await wait_for(pilot, lambda: body.size.height > lines_up + 1, what=f"the detail to grow from {lines_up} lines")
+            assert "Last values reported before it stopped answering" in flat_text(app)
             row = app.screen.query_one(NodeTable).row_text("spare")
             assert "✖ down" in row.plain and "no answer" in row.plain
             red = str(app.current_theme.error).lower()

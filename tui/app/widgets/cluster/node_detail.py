@@ -24,6 +24,7 @@ class NodeDetail(VerticalScroll):
         super().__init__(id=id)
         self._view: Optional[NodeView] = None
         self._palette = Palette()
+        self._height: Optional[tuple[int, int]] = None  # (width, lines) of the last drawing
 
     def compose(self):
         yield Static(id="detail-body")
@@ -40,10 +41,19 @@ class NodeDetail(VerticalScroll):
         body = self.query_one("#detail-body", Static)
         view = self._view
         if view is None:
+            self._height = None
             body.update(Text("Select a node (↑/↓) to see its GPUs, network, software and disks.", style=self._palette.muted))
             return
-        self.border_title = f"{view.name} · {view.host}"
-        body.update(Group(*_sections(view, self._palette, max(self.scrollable_content_region.width, 40))))
+        title = f"{view.name} · {view.host}"
+        if self.border_title != title:
+            self.border_title = title
+        width = max(self.scrollable_content_region.width, 40)
+        lines = _sections(view, self._palette, width)
+        # A refresh usually changes values, not the number of lines: then repaint without a layout pass
+        # of the whole screen (most of a 64-node refresh's cost otherwise).
+        height = (width, sum(1 if line.no_wrap else len(line.wrap(self.app.console, width)) for line in lines))
+        body.update(Group(*lines), layout=height != self._height)
+        self._height = height
 
 
 def _sections(view: NodeView, palette: Palette, width: int) -> list[Text]:
