@@ -40,6 +40,10 @@ def test_schemathesis_finds_nothing(agent_dir: Path, tmp_path: Path) -> None:
                 schemathesis_cli(), "run", f"{agent.url}/openapi.json",
                 "--header", f"Authorization: Bearer {agent.token}",
                 "--checks", "all",
+                # The agent's API has no links, so the stateful phase is "not applicable" anyway; left on,
+                # schemathesis still scans response bodies for URLs to learn links from, and its scanner
+                # crashed on a generated "http://[..." string echoed back in a response (urlsplit: Invalid IPv6 URL).
+                "--phases", "examples,coverage,fuzzing",
                 "--max-examples", MAX_EXAMPLES,
                 "--seed", "20261122",
                 "--workers", "2",
