@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.fixtures import in_ci
 from tests.cluster.harness import REPO_ROOT
 
 STATUSES = {"pass", "warn", "fail", "skip"}
@@ -98,7 +99,10 @@ def _port_free(port: int) -> bool:
 
 def test_embedded_default_starts_and_stops_a_local_agent(tmp_path):
     if not _port_free(8462):
-        pytest.skip("127.0.0.1:8462 is taken by another agent; the embedded default needs it")
+        message = "127.0.0.1:8462 is taken by another agent; the embedded default needs it"
+        if in_ci():
+            pytest.fail(f"CI=true: {message}", pytrace=False)
+        pytest.skip(message)
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()

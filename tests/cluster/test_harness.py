@@ -20,6 +20,7 @@ import pytest
 
 from shared.config import parse_config
 from tests.cluster import reaper
+from tests.cluster.fixtures import require_cluster_support
 from tests.cluster.harness import Cluster, ClusterError, cluster_support_problem
 from tests.cluster.netns import used_networks
 from tests.cluster.node import REPO_ROOT
@@ -231,8 +232,7 @@ def test_write_config_is_valid(make_cluster, tmp_path):
 
 
 def test_failed_start_names_the_node_and_leaves_nothing(cluster_support):
-    if not AGENT_HERE:
-        pytest.skip("the failure is provoked through the agent's CLI, and agent/ is not there yet")
+    require_cluster_support(need_agent=True)  # the failure is provoked through the agent's CLI
     runs_before = set(reaper.STATE_DIR.glob("*.json"))
     netns_before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
     with pytest.raises(ClusterError) as info:
