@@ -115,16 +115,9 @@ def _config(ports: list[int], token: Path, **node_extra: Any):
                        job=JobConfig(workload="allreduce"))
 
 
-def _cpu_seconds() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 async def _time_polls(config, repeats: int) -> tuple[float, list[float], int, float, float]:
     """(cold first poll, warm poll wall times, nodes up, controller CPU s per warm poll, machine CPU s per warm poll)."""
-    from bench.launch_bench import _machine_busy_s
+    from bench.cpu import machine_busy_s, self_cpu_s
 
     from tui.client import AgentClient
 
@@ -133,13 +126,13 @@ async def _time_polls(config, repeats: int) -> tuple[float, list[float], int, fl
         first = await client.poll()
         cold = time.perf_counter() - start
         times = []
-        cpu_start, machine_start = _cpu_seconds(), _machine_busy_s()
+        cpu_start, machine_start = self_cpu_s(), machine_busy_s()
         for _ in range(repeats):
             start = time.perf_counter()
             statuses = await client.poll()
             times.append(time.perf_counter() - start)
-        cpu = (_cpu_seconds() - cpu_start) / max(1, repeats)
-        machine = (_machine_busy_s() - machine_start) / max(1, repeats)
+        cpu = (self_cpu_s() - cpu_start) / max(1, repeats)
+        machine = (machine_busy_s() - machine_start) / max(1, repeats)
         up = sum(1 for s in statuses.values() if s.up) if repeats else sum(1 for s in first.values() if s.up)
     return cold, times, up, cpu, machine
 

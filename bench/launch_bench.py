@@ -16,7 +16,6 @@ Run: ``python -m bench launch`` (``--quick``: one repetition and 1/4 nodes for t
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import statistics
 import sys
@@ -28,6 +27,8 @@ from typing import Any, Callable, Optional
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench.cpu import machine_busy_s, self_cpu_s  # noqa: E402
 
 STALL_TIMEOUT_S = 10.0
 
@@ -99,13 +100,6 @@ def _kill_all(run_id: str) -> None:
 # --------------------------------------------------------------------------- fan-out
 
 
-def _machine_busy_s() -> float:
-    """CPU seconds every process on this machine has spent so far (``/proc/stat``, all but idle and iowait)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    busy = sum(fields[:8]) - fields[3] - fields[4]  # user nice system idle iowait irq softirq steal
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
 def _torchrun_stand_in(directory: Path) -> Path:
     """A "python" for the fan-out nodes: the real interpreter for ftwiz's node helper, ``sleep`` for torchrun.
 
@@ -141,11 +135,10 @@ def fanout_rows(sizes: list[int], *, reps: int) -> list[dict]:
             for _ in range(reps):
                 config = cluster.config(workload="allreduce", sizes_mb=[0.01], iterations=1, warmup_iterations=0)
                 run_ = Run(config, options=RunOptions(runs_dir=workdir), network_env={})
-                before, machine_before = resource.getrusage(resource.RUSAGE_SELF), _machine_busy_s()
+                before, machine_before = self_cpu_s(), machine_busy_s()
                 run_.launch()
-                after, machine_after = resource.getrusage(resource.RUSAGE_SELF), _machine_busy_s()
-                cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-                machine.append(machine_after - machine_before)
+                cpu.append(self_cpu_s() - before)
+                machine.append(machine_busy_s() - machine_before)
                 times.append(run_.record.data["fanout_s"])
                 run_.request_stop("benchmark: fan-out measured")
                 run_.supervise()
