@@ -102,6 +102,9 @@ def test_quit_with_unsaved_changes(snap_compare, config):
     async def quit_dirty(pilot):
         await _polled(pilot)
         pilot.app.remove_node("node3")
+        # removing a node polls again (for the new node list): the picture is taken after that poll
+        await wait_for(pilot, lambda: pilot.app.cluster.polls >= 2, what="the poll after the removal")
+        await pilot.pause()
         await pilot.press("ctrl+q")
         # the quit action is a worker: the question appears a few event-loop turns after the key
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen), what="the quit question")

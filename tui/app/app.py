@@ -184,6 +184,9 @@ class FtwizApp(App[int]):
 
     async def _close_client(self) -> None:
         client, self._client = self._client, None
+        await self._close(client)
+
+    async def _close(self, client: Any) -> None:
         if client is not None and hasattr(client, "aclose"):
             try:
                 await client.aclose()
@@ -205,7 +208,10 @@ class FtwizApp(App[int]):
         if section in ("nodes", "cluster", "all"):
             self.cluster.set_nodes((n.name, n.host) for n in config.nodes)
             if old.nodes != config.nodes or old.cluster != config.cluster:
-                self.run_worker(self._close_client(), group="client-close")
+                # Detach the old client now, so the next poll builds one for the new config whichever
+                # worker runs first; the old one closes in the background.
+                client, self._client = self._client, None
+                self.run_worker(self._close(client), group="client-close")
                 self.poll_now()
         self._broadcast(ConfigChanged(section))
 
