@@ -6,7 +6,9 @@ sampling. After its first software probe has finished:
 1. ``GET /v1/report`` latency over >= 2000 requests, at concurrency 1 (one keep-alive
    connection) and 16 (16 keep-alive connections), measured twice: with a minimal raw-socket
    HTTP/1.1 client (about 0.05 ms of its own per request, so the figure is the agent's: this is
-   the row held against the target, the way wrk or ab would measure a server), and with httpx,
+   the row held against the target, the way wrk or ab would measure a server; at concurrency 1
+   it runs in chunks interleaved with a minimal asyncio HTTP/1.1 server that sends a body of the
+   same size, the machine's floor under the same noise), and with httpx,
    the client ftwiz's controller uses (its own ~1 ms per request on this machine included);
 2. the agent left idle for ``--agent-idle`` seconds (default 60; 10 with ``--quick``): its
    CPU time over that window (psutil, user+system of the agent process only) as % of one core;
@@ -62,7 +64,7 @@ def run(args: Any) -> list[dict]:
         process = psutil.Process(agent["process"].pid)
         load_before = os.getloadavg()[0]
         cpu_before = _cpu_seconds(process)
-        raw_serial = asyncio.run(_latency_raw(agent["port"], agent["token"], requests, concurrency=1))
+        raw_serial, floor_serial = _interleaved_with_floor(agent, requests, workdir)
         serial = _latency_serial(agent["url"], headers, requests)
         # Server CPU per request does not depend on how busy the shared machine is; latency does.
         context = {
@@ -89,6 +91,7 @@ def run(args: Any) -> list[dict]:
     return [
         _latency_row("p50", 1, raw_serial, 50, requests, raw_where, context=context),
         _latency_row("p99", 1, raw_serial, 99, requests, raw_where, target=P99_TARGET_MS, context=context),
+        *_floor_rows(raw_serial, floor_serial),
         _latency_row("p50", 16, raw_parallel, 50, requests, raw_where),
         _latency_row("p99", 16, raw_parallel, 99, requests, raw_where),
         _latency_row("p50", 1, serial, 50, requests, httpx_where),
@@ -215,6 +218,66 @@ async def _latency_raw(port: int, token: str, requests: int, *, concurrency: int
     finally:
         gc.enable()
     return samples
+
+
+FLOOR_SERVER = """
+import asyncio, sys
+BODY = b"x" * int(sys.argv[1])
+HEAD = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: %d\\r\\n\\r\\n" % len(BODY)
+async def serve(reader, writer):
+    try:
+        while True:
+            await reader.readuntil(b"\\r\\n\\r\\n")
+            writer.write(HEAD + BODY)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        writer.close()
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+asyncio.run(main())
+"""
+"""The noise floor: a minimal asyncio HTTP/1.1 server that answers every request with a fixed body."""
+
+
+def _interleaved_with_floor(agent: dict, requests: int, workdir: Path) -> tuple[list[float], list[float]]:
+    """Agent and floor-server latency at concurrency 1, in alternating chunks of 500 requests.
+
+    Interleaving puts both under the same spells of machine noise (on a shared VM: steal time, other
+    tenants), so the floor's p99 says how much of the agent's p99 is the machine's.
+    """
+    body = len(httpx.get(agent["url"] + "/v1/report", headers={"Authorization": f"Bearer {agent['token']}"},
+                         timeout=10, trust_env=False).content)
+    floor = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, str(body)], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        port = int(floor.stdout.readline())  # type: ignore[union-attr]
+        agent_samples: list[float] = []
+        floor_samples: list[float] = []
+        chunk = 500
+        for start in range(0, requests, chunk):
+            count = min(chunk, requests - start)
+            agent_samples += asyncio.run(_latency_raw(agent["port"], agent["token"], count, concurrency=1))
+            floor_samples += asyncio.run(_latency_raw(port, "-", count, concurrency=1))
+        return agent_samples, floor_samples
+    finally:
+        _stop(floor)
+
+
+def _floor_rows(agent_samples: list[float], floor_samples: list[float]) -> list[dict]:
+    where = "minimal asyncio HTTP/1.1 server, same body size, same raw client, interleaved with the agent's run"
+    rows = []
+    for stat, percentile in (("p50", 50), ("p99", 99)):
+        value, floor = _percentile(agent_samples, percentile), _percentile(floor_samples, percentile)
+        rows.append({
+            "measure": f"/v1/report latency {stat}, concurrency 1, against the machine's floor ({where})",
+            "value": round(value, 3), "unit": "ms", "baseline": round(floor, 3),
+            "baseline_note": "the floor server's figure in the same run",
+            "ratio": round(value / floor, 3) if floor else None,
+            "detail": {"requests_over_2ms": {"agent": sum(1 for x in agent_samples if x > 2.0),
+                                             "floor": sum(1 for x in floor_samples if x > 2.0)}},
+        })
+    return rows
 
 
 def _latency_serial(url: str, headers: dict, requests: int) -> list[float]:
