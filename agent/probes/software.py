@@ -1,9 +1,8 @@
 """Software versions as the *training interpreter* sees them.
 
 The agent runs in its own environment; torchrun runs another interpreter (``--python``). This
-probe starts that interpreter with a small script and reads JSON back, with a timeout. Package
-versions come from ``importlib.metadata`` (no import); only torch's CUDA, NCCL and cuDNN values
-need ``import torch``, and only when torch is installed. The agent itself never imports torch.
+probe starts that interpreter with the text of :mod:`agent.workloads.versions` and reads JSON back,
+with a timeout. The agent itself never imports torch.
 """
 
 from __future__ import annotations
@@ -13,51 +12,28 @@ import os
 import subprocess
 import tempfile
 import time
+from functools import lru_cache
+from pathlib import Path
 from typing import Optional
 
 from shared.models import SoftwareVersions
 
-__all__ = ["probe_software", "PROBE_SCRIPT", "DEFAULT_TIMEOUT_S"]
+__all__ = ["probe_software", "probe_script", "DEFAULT_TIMEOUT_S"]
 
 DEFAULT_TIMEOUT_S = 90.0
 """Importing torch on a cold page cache can take tens of seconds."""
 
+_SCRIPT_PATH = Path(__file__).resolve().parents[1] / "workloads" / "versions.py"
+"""The probe script: run by the training interpreter, it is workload-side code (the only place torch is imported)."""
+
 _MARKER = "FTWIZ-SOFTWARE:"
+"""Must equal ``MARKER`` in the script (a test holds them together)."""
 
-PROBE_SCRIPT = r"""
-import json, platform, sys
-import importlib.metadata as metadata
 
-def version(name):
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-out = {"python": platform.python_version()}
-for name in ("transformers", "peft", "bitsandbytes", "accelerate"):
-    out[name] = version(name)
-if version("torch") is not None:
-    try:
-        import torch
-        out["torch"] = torch.__version__
-        out["torch_cuda"] = torch.version.cuda
-        out["cuda_available"] = bool(torch.cuda.is_available())
-        try:
-            nccl = torch.cuda.nccl.version()
-            out["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
-        except Exception:
-            out["nccl"] = None
-        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        if cudnn:
-            major = cudnn // 10000 if cudnn >= 90000 else cudnn // 1000
-            minor = (cudnn % 10000) // 100 if cudnn >= 90000 else (cudnn % 1000) // 100
-            out["cudnn"] = f"{major}.{minor}.{cudnn % 100}"
-    except Exception as error:
-        out["torch"] = version("torch")
-        out["error"] = f"torch is installed but failed to import: {type(error).__name__}: {error}"
-sys.stdout.write("\n__MARKER__" + json.dumps(out) + "\n")
-""".replace("__MARKER__", _MARKER)
+@lru_cache(maxsize=1)
+def probe_script() -> str:
+    """The text the training interpreter runs with ``-c`` (read once)."""
+    return _SCRIPT_PATH.read_text(encoding="utf-8")
 
 
 def probe_software(python: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> SoftwareVersions:
@@ -69,7 +45,7 @@ def probe_software(python: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Soft
 
     try:
         completed = subprocess.run(
-            [python, "-c", PROBE_SCRIPT],
+            [python, "-c", probe_script()],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=timeout_s,

@@ -185,3 +185,20 @@ def test_committed_fixtures_match_their_generator() -> None:
     ):
         assert json.loads(Path(path).read_text()) == data, f"{path} differs: run python -m agent.fixtures.make_fixtures"
         assert "constructed from NVIDIA documentation, not recorded" in data["source"]
+
+
+def test_the_version_probe_script_is_the_workloads_file_and_its_marker_matches(tmp_path: Path) -> None:
+    """The agent reads back the line the script marks: both sides must use the same marker."""
+    import subprocess
+    import sys
+
+    from agent.probes import software
+    from agent.workloads import versions
+
+    assert software._MARKER == versions.MARKER
+    assert software.probe_script() == Path(versions.__file__).read_text(encoding="utf-8")
+    # The text runs standalone (as the training interpreter runs it: -c, outside the repository).
+    out = subprocess.run([sys.executable, "-I", "-c", software.probe_script()], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120, check=True).stdout
+    line = next(line for line in out.splitlines() if line.startswith(versions.MARKER))
+    assert json.loads(line[len(versions.MARKER):])["python"] == ".".join(map(str, sys.version_info[:3]))
