@@ -251,12 +251,7 @@ class FtwizApp(App[int]):
         return self.config.model_dump_json() != self._saved_dump
 
     def _label(self) -> str:
-        if self.config_path is None:
-            return "embedded default"
-        try:
-            return str(self.config_path.resolve().relative_to(Path.cwd()))
-        except ValueError:
-            return str(self.config_path)
+        return "embedded default" if self.config_path is None else _shown(self.config_path)
 
     @property
     def save_path(self) -> Path:
@@ -392,7 +387,7 @@ class FtwizApp(App[int]):
                     await asyncio.sleep(0.2)
         if self.dirty:
             answer = await self.push_screen_wait(ConfirmScreen(
-                f"The config has unsaved changes ({self.save_path}).",
+                f"The config has unsaved changes ({_shown(self.save_path)}).",
                 [("save", "Save and quit", "primary"), ("discard", "Quit without saving", "error"), ("cancel", "Cancel", "default")],
                 title="Quit ftwiz?"))
             if answer == "cancel":
@@ -402,3 +397,11 @@ class FtwizApp(App[int]):
                 if not saved:
                     return
         self.exit(0)
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the operator reads it: relative to the working directory when it lies under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
