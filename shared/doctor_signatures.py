@@ -132,7 +132,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"couldn't connect to 'https://huggingface\.co'", 9,
          "https://github.com/ml-explore/mlx-examples/issues/759"),
     # --- loss
-    _sig("loss.nan", r"'loss': '?nan'?|'grad_norm': '?nan'?|\bloss[:=]\s*nan\b|Loss is NaN|nan loss|"
+    _sig("loss.nan", r"'loss': '?nan'?|'grad_norm': '?nan'?|\bloss[:=]\s*-?(?:nan|inf)\b|Loss is NaN|nan loss|"
          r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)", 8,
          "https://github.com/AnswerDotAI/ModernBERT/issues/233"),
     # --- DDP / FSDP usage
@@ -143,7 +143,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- data (the workloads' own error lines, and the usual Python ones when reading a dataset)
     _sig("data.invalid", r"ftwiz: error \(rank \d+\): (?:dataset |[^ ]*\.jsonl? line|record at line)|"
          r"dataset \S+ (?:not found|is a directory|has no records)|\.jsonl? line \d+: not valid JSON|"
-         r"DatasetGenerationError|datasets\.exceptions|JSONDecodeError", 8,
+         r"DatasetGenerationError|datasets\.exceptions|JSONDecodeError|"
+         r"(?:FileNotFoundError|No such file or directory).*\.(?:jsonl?|csv|parquet|arrow|tsv)\b", 8,
          "agent/workloads/data.py (ftwiz's own dataset errors)"),
 )
 

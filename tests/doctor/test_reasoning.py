@@ -8,6 +8,7 @@ excerpts (test_excerpts.py) and the induced failures (test_induced.py).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from shared.doctor_signatures import CAUSES, SIGNATURES, is_normal, match_line
@@ -39,8 +40,10 @@ def test_times_from_protocol_glog_and_iso(tmp_path):
     iso = parse_time("  time      : 2026-11-22_06:12:24", year=2000)
     assert glog is not None and iso is not None and abs(glog - iso - 0.825) < 1e-3
     path = _write(tmp_path, "node1.log", ["node1/2 | no time here", 'node1/2 | {"ftwiz":"heartbeat","rank":2,"time":1763800000.0}', "node1/2 | after"])
+    os.utime(path, (1763800009.0, 1763800009.0))
     lines = read_log(path)
-    assert [(l.node, l.rank, l.time) for l in lines] == [("node1", 2, None), ("node1", 2, 1763800000.0), ("node1", 2, 1763800000.0)]
+    # unstamped lines take the next stamp below them, else the file's last write
+    assert [(l.node, l.rank, l.time) for l in lines] == [("node1", 2, 1763800000.0), ("node1", 2, 1763800000.0), ("node1", 2, 1763800009.0)]
 
 
 def test_the_first_failure_in_time_wins_and_resets_are_echoes(tmp_path):

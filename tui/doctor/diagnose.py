@@ -75,7 +75,7 @@ def _diagnosis(key: tuple[str, Optional[str], Optional[int]], group: list[Findin
     if len(group) > 1:
         explanation += f" ({len(group)} lines)"
     diag = Diagnosis(cause, node, rank, evidence, explanation, FIXES[cause], echo=all(f.echo for f in group),
-                     time=min((f.where.time for f in group if f.where.time is not None), default=None))
+                     time=min((f.where.time for f in group if f.where.time is not None), default=None), detail=first.detail)
     if cause == "oom.host":
         _confirm_oom(diag, group, record, kernel)
     return diag

@@ -9,7 +9,7 @@ from .model import Diagnosis, LogLine
 
 __all__ = ["computed_fix"]
 
-_PORT_RE = re.compile(r"(?:\]:|port:? |:)(?P<port>\d{2,5})\b")
+_PORT_RE = re.compile(r"(?:port:?\s*|\]:|\d, |\d:)(?P<port>\d{2,5})(?![:.\d])")
 _DATA_PREP_RE = re.compile(r"tokeniz|Map|Running tokenizer|Generating train split|preprocess|Loading checkpoint shards", re.IGNORECASE)
 
 
@@ -45,6 +45,8 @@ def computed_fix(diag: Diagnosis, *, record: Optional[Mapping[str, Any]], lines:
         if port:
             return (f"open TCP port {port} on {master} to every node (`nft list ruleset`, `ufw allow {port}/tcp`); "
                     "`ftwiz --check` tests it with a listener (a check you forced past is the likely culprit)")
+    if diag.cause == "code.error" and diag.detail:
+        return f"fix the training code: {diag.detail} (rank {diag.rank} on {diag.node or '?'} raised it first)"
     if diag.cause == "nccl.timeout":
         return _timeout_fix(lines)
     return None

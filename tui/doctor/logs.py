@@ -4,7 +4,8 @@ Two shapes are understood: ftwiz's run logs (``node/rank | text``, ``-`` for tor
 raw torchrun output (``[rank3]:text``; the node is then the file's name, ``NODE.log``). Times come from
 the line itself: the workloads' protocol lines (``"time": <unix s>``), glog-style torch lines
 (``E1122 06:12:24.825000``), torchrun's failure summary (``time : 2026-11-22_06:12:24``) and ISO
-stamps; a line without one inherits the last time seen above it in the same file.
+stamps; a line without one takes the next stamp below it in the same file (else the file's last write, or
+its last stamp when that is later): it happened no later than that.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .model import LogLine
 __all__ = ["read_log", "read_logs", "parse_time", "node_of_file"]
 
 _FTWIZ_PREFIX = re.compile(r"^(?P<node>[A-Za-z0-9._-]+)/(?P<rank>-|\d+) \| ?(?P<text>.*)$")
-_RANK_PREFIX = re.compile(r"^(?:\[\d+\] )?\[(?:rank|default)(?P<rank>\d+)\]:(?P<text>.*)$")
+_RANK_PREFIX = re.compile(r"^(?:\[\d+\] )?\[(?:rank|default)(?P<rank>\d+)\]: ?(?P<text>.*)$")
 _GLOG = re.compile(r"(?:^|[\s\[])[EWIF](?P<mo>\d{2})(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?")
 _ISO = re.compile(r"(?P<y>20\d{2})-(?P<mo>\d{2})-(?P<d>\d{2})[ T_](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:[.,](?P<f>\d{1,9}))?")
 _PROTOCOL_TIME = re.compile(r'"time"\s*:\s*(?P<t>\d{9,11}(?:\.\d+)?)')
@@ -64,18 +65,28 @@ def read_log(path: Path, *, name: Optional[str] = None, start_order: int = 0) ->
     default_node = node_of_file(path)
     raw = path.read_text(encoding="utf-8", errors="replace")
     year = _dt.date.fromtimestamp(path.stat().st_mtime).year
-    lines: list[LogLine] = []
-    last_time: Optional[float] = None
-    for number, full in enumerate(raw.splitlines(), 1):
+    parsed = []
+    for full in raw.splitlines():
         node, rank, text = _split(full, default_node)
         text = text.rsplit("\r", 1)[-1] if "\r" in text else text
         text = text[:_MAX_TEXT]
         stamp = parse_time(text, year=year)
         if stamp is not None:
-            last_time = stamp
             year = _dt.date.fromtimestamp(stamp).year
-        lines.append(LogLine(shown, number, node, rank, text, stamp if stamp is not None else last_time, start_order + number))
-    return lines
+        parsed.append((node, rank, text, stamp))
+    # A line without a stamp happened after the stamps above it and before the next one: take the next
+    # (else the file's last write) so a late traceback is not dated at an early warning.
+    last_write = path.stat().st_mtime
+    times: list[Optional[float]] = []
+    upcoming: Optional[float] = None
+    for _node, _rank, _text, stamp in reversed(parsed):
+        upcoming = stamp if stamp is not None else upcoming
+        times.append(upcoming)
+    times.reverse()
+    stamped = [t for *_rest, t in parsed if t is not None]
+    tail = max(last_write, stamped[-1]) if stamped else None
+    return [LogLine(shown, number, node, rank, text, stamp if stamp is not None else (times[number - 1] or tail), start_order + number)
+            for number, (node, rank, text, stamp) in enumerate(parsed, 1)]
 
 
 def read_logs(paths: Iterable[Path]) -> list[LogLine]:

@@ -70,6 +70,8 @@ class Diagnosis:
     echo: bool = False
     """True when this is demoted as the echo of another rank's failure."""
     time: Optional[float] = None
+    detail: str = ""
+    """What was found in words (``ValueError: ... at train.py:27 in step``), for computed fixes."""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cause": self.cause, "node": self.node, "rank": self.rank,
