@@ -99,6 +99,9 @@ class RunRecordModel(BaseModel):
     stalled_ranks: Optional[list[int]] = None
     stack_dumps_from: Optional[list[int]] = None
     stack_dump_silent: Optional[list[int]] = None
+    """Ranks sent SIGUSR1 that printed no faulthandler dump (stopped, or hung outside Python)."""
+    stack_dumps_py_spy: Optional[list[int]] = None
+    """Ranks whose stack py-spy read from outside (installed beside the node's training interpreter)."""
     hang: Optional[dict[str, Any]] = None
 
 

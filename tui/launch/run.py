@@ -179,13 +179,14 @@ class Run(DetachedMixin):
             if self.clock() > deadline + 60:
                 break
         signalled: list[int] = []
+        spied: list[int] = []
         for future in futures.values():
             try:
                 report = future.result(timeout=0)
             except Exception:
                 continue
             signalled += [s["rank"] for s in report.get("signalled", []) if s.get("rank") is not None]
-            self.failures.dumped.update(s["rank"] for s in report.get("py_spy", []) if s.get("rank") is not None)
+            spied += [s["rank"] for s in report.get("py_spy", []) if s.get("rank") is not None]
         self._pump(0.2)
         silent = sorted(set(signalled) - self.failures.dumped)
         if silent:
@@ -196,6 +197,7 @@ class Run(DetachedMixin):
             stalled_ranks=list(stall.stalled),
             stack_dumps_from=sorted(self.failures.dumped),
             stack_dump_silent=silent,
+            stack_dumps_py_spy=sorted(spied),
             hang={"before_first_step": stall.before_first_step, "suspects": list(stall.suspects), "ranks": activity},
         )
         suspect = stall.suspects[0] if stall.suspects else (silent[0] if silent else None)
