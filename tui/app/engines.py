@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tui.app.app import FtwizApp
     from tui.app.cluster_state import ClusterState
 
-__all__ = ["JobPlan", "check_ids", "check_title", "interconnect", "new_run", "plan_job", "run_checks"]
+__all__ = ["JobPlan", "check_ids", "check_title", "new_run", "plan_job", "run_checks"]
 
 
 def check_ids(only: Optional[str] = None) -> list[str]:
@@ -89,19 +89,15 @@ def plan_job(config: FtwizConfig, cluster: "ClusterState") -> JobPlan:
         from shared import estimator
     except ImportError:
         return JobPlan(note="The memory estimator (shared/estimator.py) is not in this build.")
-    from tui.checks.gpus import selected_gpus
     from tui.checks.resources import resolve_arch
+    from tui.jobshape import gpu_inventory, world_size
 
     source = resolve_arch(config)
     if source.arch is None:
         return JobPlan(note=f"Unknown model: {source.source}. Use a local directory with config.json, or a catalog id.")
-    inventory, reports = {}, {}
-    for node in config.nodes:
-        view = cluster.nodes.get(node.name)
-        if view is not None and view.report is not None:
-            reports[node.name] = view.report
-            inventory[node.name] = selected_gpus(node, view.report)
-    dp = sum(max(1, len(gpus)) for gpus in inventory.values()) or len(config.nodes)
+    reports = {n.name: view.report for n in config.nodes if (view := cluster.nodes.get(n.name)) is not None and view.report is not None}
+    inventory = gpu_inventory(config, reports)
+    dp = world_size(config, reports)
     try:
         est = estimator.estimate(source.arch, job, dp_size=dp, sharding=None if job.sharding == "auto" else job.sharding)
     except Exception as exc:  # an estimator bug must not take the form down
@@ -154,33 +150,13 @@ def _advice(config: FtwizConfig, inventory: dict[str, list[Any]], arch: Any, rep
     """Routing advice for the job over the GPUs each node will use (each item carries its reason)."""
     try:
         from shared import routing
+        from tui.jobshape import interconnect
     except ImportError:
         return [], "The routing rules (shared/routing.py) are not in this build."
     try:
         return list(routing.advise(inventory, interconnect(config, reports), arch, config.job)), ""
     except Exception as exc:  # a rules bug must not take the form down
         return [], f"routing failed: {type(exc).__name__}: {exc}"
-
-
-def interconnect(config: FtwizConfig, reports: dict[str, Any]) -> Any:
-    """The :class:`shared.routing.Interconnect` the launch would get, from the same interface and IB plans.
-
-    InfiniBand when the IB plan enables it; otherwise the slowest link speed among the interfaces the
-    interface plan picks for each node.
-    """
-    from shared import netplan
-    from shared.routing import Interconnect
-
-    if not reports:
-        return Interconnect()
-    infiniband = not netplan.ib_plan(config, reports).disable
-    speeds = []
-    plan = netplan.resolve_interfaces(config, reports)
-    for name, chosen in plan.nodes.items():
-        nic = next((n for n in reports[name].nics if n.name == chosen.ifname), None) if chosen.ifname else None
-        if nic is not None and nic.speed_mbps:
-            speeds.append(nic.speed_mbps / 1000)
-    return Interconnect(infiniband=infiniband, ethernet_gbps=min(speeds) if speeds and not infiniband else None)
 
 
 def new_run(app: "FtwizApp", config: FtwizConfig, *, resume: bool) -> Any:
