@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CAUSES", "Signature", "SIGNATURES", "NORMAL", "FIXES", "match_line", "is_normal"]
+__all__ = ["CAUSES", "FIXES", "NORMAL", "SIGNATURES", "Signature", "is_normal", "match_line"]
 
 #: The documented cause ids and what each means (README's table; scripts and CI act on these ids).
 CAUSES: dict[str, str] = {

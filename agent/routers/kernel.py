@@ -12,13 +12,14 @@ import errno
 import os
 import re
 import subprocess
-from typing import Annotated, Iterable, Optional
+from collections.abc import Iterable
+from typing import Annotated
 
 from fastapi import APIRouter, Path
 
 from shared.models import KernelOomRecord
 
-__all__ = ["router", "find_oom_kill", "read_kmsg"]
+__all__ = ["find_oom_kill", "read_kmsg", "router"]
 
 router = APIRouter(prefix="/v1/kernel", tags=["kernel"])
 
@@ -41,11 +42,11 @@ def lookup(pid: int, *, kmsg_path: str = "/dev/kmsg") -> KernelOomRecord:
             problems.append(f"{source}: {exc.strerror or exc}")
             continue
         line = find_oom_kill(lines, pid)
-        return KernelOomRecord(pid=pid, found=line is not None, line=line, source=source)
-    return KernelOomRecord(pid=pid, found=False, error="; ".join(problems) + " (the agent needs root or CAP_SYSLOG)")
+        return KernelOomRecord(pid=pid, found=line is not None, line=line, source=source, error=None)
+    return KernelOomRecord(pid=pid, found=False, line=None, source="", error="; ".join(problems) + " (the agent needs root or CAP_SYSLOG)")
 
 
-def find_oom_kill(lines: Iterable[str], pid: int) -> Optional[str]:
+def find_oom_kill(lines: Iterable[str], pid: int) -> str | None:
     """The kernel line that says the OOM killer killed ``pid`` (``Killed process PID`` or ``oom-kill:...pid=PID,``)."""
     killed = re.compile(rf"Killed process {pid}\b")
     summary = re.compile(rf"oom-kill:.*\bpid={pid},")
@@ -83,7 +84,7 @@ def read_kmsg(path: str = "/dev/kmsg") -> list[str]:
 
 def _journal() -> list[str]:
     try:
-        done = subprocess.run(["journalctl", "-k", "-o", "cat", "--no-pager", "-q"], capture_output=True, text=True, timeout=20)
+        done = subprocess.run(["journalctl", "-k", "-o", "cat", "--no-pager", "-q"], check=False, capture_output=True, text=True, timeout=20)
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         raise OSError(str(exc)) from None
     if done.returncode != 0:

@@ -10,7 +10,7 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Self
 
 __all__ = ["MemoryCgroup", "cgroup_problem"]
 
@@ -23,7 +23,7 @@ def _v2_memory() -> bool:
     return controllers.is_file() and "memory" in controllers.read_text().split()
 
 
-def cgroup_problem() -> Optional[str]:
+def cgroup_problem() -> str | None:
     """None when a memory cgroup can be made here, else why not."""
     if os.geteuid() != 0:
         return "memory cgroups need root"
@@ -42,7 +42,7 @@ class MemoryCgroup:
         self.v2 = _v2_memory()
         self.path = (_V2 if self.v2 else _V1) / f"ftwiz-doctor-{secrets.token_hex(4)}"
 
-    def __enter__(self) -> "MemoryCgroup":
+    def __enter__(self) -> Self:
         self.path.mkdir()
         limit = "memory.max" if self.v2 else "memory.limit_in_bytes"
         (self.path / limit).write_text(str(self.limit_bytes))

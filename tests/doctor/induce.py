@@ -13,17 +13,18 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Self
 
-__all__ = ["NodeSpec", "Namespace", "run_nodes", "netns_problem", "SCRIPT"]
+__all__ = ["SCRIPT", "Namespace", "NodeSpec", "netns_problem", "run_nodes"]
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "train.py"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
-def netns_problem() -> Optional[str]:
+def netns_problem() -> str | None:
     """None when private network namespaces (and nft) can be used here, else why not."""
     if os.geteuid() != 0:
         return "network namespaces need root"
@@ -52,14 +53,14 @@ class Namespace:
     def __init__(self) -> None:
         self.name = f"ftwiz-dr-{secrets.token_hex(3)}"
 
-    def __enter__(self) -> "Namespace":
+    def __enter__(self) -> Self:
         subprocess.run(["ip", "netns", "add", self.name], check=True)
         subprocess.run(["ip", "-n", self.name, "link", "set", "lo", "up"], check=True)
         subprocess.run(["ip", "-n", self.name, "addr", "add", "127.0.0.2/8", "dev", "lo"], check=False)
         return self
 
     def run(self, argv: Sequence[str], **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", self.name, *argv], **kw)
+        return subprocess.run(["ip", "netns", "exec", self.name, *argv], check=kw.pop("check", False), **kw)
 
     def popen(self, argv: Sequence[str], **kw) -> subprocess.Popen:
         return subprocess.Popen(["ip", "netns", "exec", self.name, *argv], **kw)
@@ -80,7 +81,7 @@ def run_nodes(ns: Namespace, logdir: Path, port: int, nodes: Sequence[NodeSpec],
                 f"--rdzv-endpoint={node.endpoint}:{port}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
                 "--max-restarts=0", str(SCRIPT), *node.args]
         env = {**os.environ, "OMP_NUM_THREADS": "1", **node.env}
-        log = open(logdir / f"{node.name}.log", "wb")
+        log = open(logdir / f"{node.name}.log", "wb")  # noqa: SIM115  (closed below, after the process ends)
         handles.append(log)
         procs[node.name] = ns.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     codes: dict[str, int] = {}

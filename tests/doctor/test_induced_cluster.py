@@ -13,8 +13,8 @@ import signal
 
 import pytest
 
-from tests.doctor.cgroup import MemoryCgroup, cgroup_problem
 from tests.cluster.fixtures import in_ci
+from tests.doctor.cgroup import MemoryCgroup, cgroup_problem
 from tests.launch.conftest import RunThread, long_allreduce, make_run, rank_pid
 from tui.doctor import diagnose_run, format_first
 from tui.doctor.kernel import agent_kernel_lookup

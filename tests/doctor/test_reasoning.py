@@ -102,7 +102,7 @@ def _killed_run(tmp_path: Path, **record_extra) -> tuple[Path, dict]:
 
 
 def test_sigkill_is_oom_host_confirmed_only_by_the_kernel(tmp_path):
-    run, record = _killed_run(tmp_path)
+    run, _ = _killed_run(tmp_path)
     asked = []
 
     def kernel_yes(node, pid):

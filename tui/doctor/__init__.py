@@ -9,8 +9,9 @@ to a failure. The signatures are data in ``shared/doctor_signatures.py``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from .diagnose import KernelLookup, rank_findings
 from .findings import find
@@ -18,12 +19,21 @@ from .logs import protocol, read_log
 from .model import Diagnosis, Evidence, LogLine
 from .report import as_json, format_first, format_text
 
-__all__ = ["diagnose_run", "diagnose_files", "diagnose_lines", "format_first", "format_text", "as_json",
-           "Diagnosis", "Evidence", "KernelLookup"]
+__all__ = [
+    "Diagnosis",
+    "Evidence",
+    "KernelLookup",
+    "as_json",
+    "diagnose_files",
+    "diagnose_lines",
+    "diagnose_run",
+    "format_first",
+    "format_text",
+]
 
 
-def diagnose_run(run_dir: Path, record: Optional[Mapping[str, Any]] = None, *,
-                 kernel: Optional[KernelLookup] = None) -> list[Diagnosis]:
+def diagnose_run(run_dir: Path, record: Mapping[str, Any] | None = None, *,
+                 kernel: KernelLookup | None = None) -> list[Diagnosis]:
     """Diagnose a run record directory (``run.json`` read when ``record`` is not given)."""
     run_dir = Path(run_dir)
     if record is None:
@@ -35,8 +45,8 @@ def diagnose_run(run_dir: Path, record: Optional[Mapping[str, Any]] = None, *,
     return diagnose_files(logs, record=record, kernel=kernel)
 
 
-def diagnose_files(paths: Sequence[Path], *, record: Optional[Mapping[str, Any]] = None,
-                   kernel: Optional[KernelLookup] = None) -> list[Diagnosis]:
+def diagnose_files(paths: Sequence[Path], *, record: Mapping[str, Any] | None = None,
+                   kernel: KernelLookup | None = None) -> list[Diagnosis]:
     """Diagnose log files (OSError for one that cannot be read)."""
     lines: list[LogLine] = []
     for path in paths:
@@ -44,15 +54,15 @@ def diagnose_files(paths: Sequence[Path], *, record: Optional[Mapping[str, Any]]
     return diagnose_lines(lines, record=record, kernel=kernel)
 
 
-def diagnose_lines(lines: Sequence[LogLine], *, record: Optional[Mapping[str, Any]] = None,
-                   kernel: Optional[KernelLookup] = None) -> list[Diagnosis]:
+def diagnose_lines(lines: Sequence[LogLine], *, record: Mapping[str, Any] | None = None,
+                   kernel: KernelLookup | None = None) -> list[Diagnosis]:
     """Diagnose lines already read."""
     return rank_findings(find(lines, pid_ranks=_pid_ranks(lines, record)), lines, record=record, kernel=kernel)
 
 
-def _pid_ranks(lines: Sequence[LogLine], record: Optional[Mapping[str, Any]]) -> dict[tuple[Optional[str], int], int]:
+def _pid_ranks(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> dict[tuple[str | None, int], int]:
     """Which global rank each worker pid was: from the run record's ranks, else the ``started`` lines."""
-    out: dict[tuple[Optional[str], int], int] = {}
+    out: dict[tuple[str | None, int], int] = {}
     for rank, info in ((record or {}).get("ranks") or {}).items():
         if isinstance(info, Mapping) and info.get("pid") is not None:
             out[(info.get("node"), int(info["pid"]))] = int(rank)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from . import as_json, diagnose_files, diagnose_run, format_text
 from .diagnose import KernelLookup
@@ -25,7 +26,7 @@ def _err(message: str) -> None:
     print(f"ftwiz: {message}", file=sys.stderr, flush=True)
 
 
-def why_main(*, run_id: Optional[str], files: Optional[Sequence[str]], json_output: bool, config_path: Optional[str] = None) -> int:
+def why_main(*, run_id: str | None, files: Sequence[str] | None, json_output: bool, config_path: str | None = None) -> int:
     """Diagnose a run (``run_id``; ``""`` for the latest) or log ``files``; print; return the exit code."""
     if files is not None:
         paths = [Path(f) for f in files]
@@ -60,7 +61,7 @@ def why_main(*, run_id: Optional[str], files: Optional[Sequence[str]], json_outp
     return EXIT_OK
 
 
-def _unreadable(path: Path) -> Optional[str]:
+def _unreadable(path: Path) -> str | None:
     try:
         with path.open("rb") as fh:
             fh.read(1)
@@ -69,7 +70,7 @@ def _unreadable(path: Path) -> Optional[str]:
     return None
 
 
-def _kernel(config_path: Optional[str]) -> Optional[KernelLookup]:
+def _kernel(config_path: str | None) -> KernelLookup | None:
     """The agents' kernel lookup when a config loads; None (unconfirmed) otherwise."""
     try:
         from shared.config import ConfigError

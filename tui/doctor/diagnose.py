@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from shared.doctor_signatures import CAUSES, FIXES
 
 from .fixes import computed_fix
 from .model import Diagnosis, Evidence, Finding, LogLine
 
-__all__ = ["rank_findings", "KernelLookup"]
+__all__ = ["KernelLookup", "rank_findings"]
 
 #: ``(node, pid) -> the kernel's OOM-kill line for that pid, or None``; raises OSError when it cannot ask.
-KernelLookup = Callable[[Optional[str], int], Optional[str]]
+KernelLookup = Callable[[str | None, int], str | None]
 
 _MAX_EVIDENCE = 4
 _FAILED_RE = re.compile(r"ChildFailedError|failed \(exitcode: -?\d+\)|^\s*exitcode\s*:\s*-?[1-9]")
@@ -31,12 +32,12 @@ def rank_findings(
     findings: Sequence[Finding],
     lines: Sequence[LogLine],
     *,
-    record: Optional[Mapping[str, Any]] = None,
-    kernel: Optional[KernelLookup] = None,
+    record: Mapping[str, Any] | None = None,
+    kernel: KernelLookup | None = None,
 ) -> list[Diagnosis]:
     """The diagnoses, most likely root cause first (empty when nothing points to a failure)."""
     findings = [f for f in findings if not _sent_by_ftwiz(f, record)]
-    groups: dict[tuple[str, Optional[str], Optional[int]], list[Finding]] = {}
+    groups: dict[tuple[str, str | None, int | None], list[Finding]] = {}
     for finding in findings:
         groups.setdefault((finding.cause, finding.where.node, finding.where.rank), []).append(finding)
     diagnoses = [_diagnosis(key, group, record, kernel) for key, group in groups.items()]
@@ -49,16 +50,16 @@ def rank_findings(
     return diagnoses
 
 
-def _time_key(value: Optional[float]) -> float:
+def _time_key(value: float | None) -> float:
     return value if value is not None else math.inf
 
 
-def _weight(groups: Mapping[tuple[str, Optional[str], Optional[int]], list[Finding]], diag: Diagnosis) -> int:
+def _weight(groups: Mapping[tuple[str, str | None, int | None], list[Finding]], diag: Diagnosis) -> int:
     return max(f.weight for f in groups[(diag.cause, diag.node, diag.rank)])
 
 
-def _diagnosis(key: tuple[str, Optional[str], Optional[int]], group: list[Finding], record: Optional[Mapping[str, Any]],
-               kernel: Optional[KernelLookup]) -> Diagnosis:
+def _diagnosis(key: tuple[str, str | None, int | None], group: list[Finding], record: Mapping[str, Any] | None,
+               kernel: KernelLookup | None) -> Diagnosis:
     cause, node, rank = key
     group = sorted(group, key=lambda f: (_time_key(f.where.time), f.where.order))
     evidence: list[Evidence] = []
@@ -81,7 +82,7 @@ def _diagnosis(key: tuple[str, Optional[str], Optional[int]], group: list[Findin
     return diag
 
 
-def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Optional[Mapping[str, Any]], kernel: Optional[KernelLookup]) -> None:
+def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Mapping[str, Any] | None, kernel: KernelLookup | None) -> None:
     """Ask the node's kernel whether it OOM-killed the pid; say plainly when nobody could ask."""
     pids = [int(f.detail.split()[1]) for f in group if f.detail.startswith("pid ")]
     if not pids:
@@ -107,7 +108,7 @@ def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Optional[Mapping
     diag.fix = "find who sent SIGKILL on that node (`journalctl --since`, the scheduler's log); the kernel did not OOM-kill it"
 
 
-def _sent_by_ftwiz(finding: Finding, record: Optional[Mapping[str, Any]]) -> bool:
+def _sent_by_ftwiz(finding: Finding, record: Mapping[str, Any] | None) -> bool:
     """A SIGKILL after ftwiz began stopping the run is ftwiz's own (its grace period ran out)."""
     if finding.cause != "oom.host" or not record or not finding.detail.startswith("pid "):
         return False
@@ -119,7 +120,7 @@ def _sent_by_ftwiz(finding: Finding, record: Optional[Mapping[str, Any]]) -> boo
     return when > float(stop_at) + 0.5
 
 
-def _failed(record: Optional[Mapping[str, Any]]) -> bool:
+def _failed(record: Mapping[str, Any] | None) -> bool:
     return bool(record) and str(record.get("status")) in ("failed", "launch_failed")  # type: ignore[union-attr]
 
 
@@ -128,7 +129,7 @@ def _failure_lines(lines: Sequence[LogLine]) -> list[LogLine]:
     return [line for line in lines if _FAILED_RE.search(line.text)]
 
 
-def _unknown(lines: Sequence[LogLine], record: Optional[Mapping[str, Any]]) -> Diagnosis:
+def _unknown(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> Diagnosis:
     failed = (record or {}).get("failed") or {}
     node, rank = failed.get("node"), failed.get("rank")
     mine = [line for line in lines if line.node == node and (rank is None or line.rank in (rank, None)) and line.text.strip()]

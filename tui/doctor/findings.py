@@ -10,14 +10,14 @@ the kernel say more.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
 
 from shared.doctor_signatures import is_normal, match_line
 
 from .model import Finding, LogLine
 
-__all__ = ["find", "KILLED_RE"]
+__all__ = ["KILLED_RE", "find"]
 
 KILLED_RE = re.compile(r"failed \(exitcode: -9\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
@@ -33,10 +33,10 @@ class _Traceback:
     frames: list[tuple[LogLine, str, int, str]] = field(default_factory=list)
 
 
-def find(lines: Iterable[LogLine], *, pid_ranks: Optional[dict[tuple[Optional[str], int], int]] = None) -> list[Finding]:
+def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], int] | None = None) -> list[Finding]:
     """Every finding in ``lines`` (one per matching line; a traceback is one finding)."""
     findings: list[Finding] = []
-    open_tb: dict[tuple[str, Optional[int]], _Traceback] = {}
+    open_tb: dict[tuple[str, int | None], _Traceback] = {}
     for line in lines:
         stream = (line.file, line.rank)
         text = line.text
@@ -70,7 +70,7 @@ def find(lines: Iterable[LogLine], *, pid_ranks: Optional[dict[tuple[Optional[st
     return findings
 
 
-def _from_traceback(tb: _Traceback, exc_line: LogLine, exc_type: str, message: str) -> Optional[Finding]:
+def _from_traceback(tb: _Traceback, exc_line: LogLine, exc_type: str, message: str) -> Finding | None:
     """The finding of one traceback, or None when its exception line is left to the signatures."""
     if is_normal(exc_line.text) or match_line(exc_line.text) or exc_type.rsplit(".", 1)[-1] in _ECHO_EXCEPTIONS:
         return None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .model import Diagnosis, LogLine
 
@@ -13,8 +14,8 @@ _PORT_RE = re.compile(r"(?:port:?\s*|\]:|\d, |\d:)(?P<port>\d{2,5})(?![:.\d])")
 _DATA_PREP_RE = re.compile(r"tokeniz|Map|Running tokenizer|Generating train split|preprocess|Loading checkpoint shards", re.IGNORECASE)
 
 
-def computed_fix(diag: Diagnosis, *, record: Optional[Mapping[str, Any]], lines: Sequence[LogLine],
-                 first_root: Optional[Diagnosis]) -> Optional[str]:
+def computed_fix(diag: Diagnosis, *, record: Mapping[str, Any] | None, lines: Sequence[LogLine],
+                 first_root: Diagnosis | None) -> str | None:
     """The fix with this run's numbers, or None to keep the generic one."""
     job = ((record or {}).get("config") or {}).get("job") or {}
     cluster = ((record or {}).get("config") or {}).get("cluster") or {}
@@ -52,7 +53,7 @@ def computed_fix(diag: Diagnosis, *, record: Optional[Mapping[str, Any]], lines:
     return None
 
 
-def _port(diag: Diagnosis) -> Optional[str]:
+def _port(diag: Diagnosis) -> str | None:
     for item in diag.evidence:
         match = _PORT_RE.search(item.text)
         if match:
@@ -60,7 +61,7 @@ def _port(diag: Diagnosis) -> Optional[str]:
     return None
 
 
-def _env_value(record: Optional[Mapping[str, Any]], node: Optional[str], names: Sequence[str]) -> Optional[str]:
+def _env_value(record: Mapping[str, Any] | None, node: str | None, names: Sequence[str]) -> str | None:
     nodes = (record or {}).get("nodes") or {}
     for name, info in nodes.items():
         if node is not None and name != node:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional
+from typing import Any
 
 from .diagnose import KernelLookup
 
@@ -14,7 +14,7 @@ def agent_kernel_lookup(config: Any) -> KernelLookup:
     """A :data:`KernelLookup` over ``config``'s agents; raises OSError when the node's agent cannot answer."""
     names = {n.name for n in config.nodes}
 
-    def lookup(node: Optional[str], pid: int) -> Optional[str]:
+    def lookup(node: str | None, pid: int) -> str | None:
         if node is None or node not in names:
             raise OSError(f"node {node!r} is not in the config, so its agent cannot be asked")
         from tui.client import AgentClient

@@ -14,12 +14,12 @@ import datetime as _dt
 import json
 import re
 import time as _time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 from .model import LogLine
 
-__all__ = ["read_log", "read_logs", "parse_time", "node_of_file"]
+__all__ = ["node_of_file", "parse_time", "read_log", "read_logs"]
 
 _FTWIZ_PREFIX = re.compile(r"^(?P<node>[A-Za-z0-9._-]+)/(?P<rank>-|\d+) \| ?(?P<text>.*)$")
 _RANK_PREFIX = re.compile(r"^(?:\[\d+\] )?\[(?:rank|default)(?P<rank>\d+)\]: ?(?P<text>.*)$")
@@ -29,12 +29,12 @@ _PROTOCOL_TIME = re.compile(r'"time"\s*:\s*(?P<t>\d{9,11}(?:\.\d+)?)')
 _MAX_TEXT = 2000  # a tqdm line can be megabytes of carriage returns
 
 
-def node_of_file(path: Path) -> Optional[str]:
+def node_of_file(path: Path) -> str | None:
     """``node1.log`` → ``node1``; other names give no node."""
     return path.stem if path.suffix == ".log" and path.stem else None
 
 
-def parse_time(text: str, *, year: int) -> Optional[float]:
+def parse_time(text: str, *, year: int) -> float | None:
     """Unix seconds of the timestamp in ``text`` (local time for clock stamps), or None."""
     if '"ftwiz"' in text:
         match = _PROTOCOL_TIME.search(text)
@@ -49,7 +49,7 @@ def parse_time(text: str, *, year: int) -> Optional[float]:
     return None
 
 
-def _local(year: int, match: re.Match[str]) -> Optional[float]:
+def _local(year: int, match: re.Match[str]) -> float | None:
     fraction = match.group("f") or "0"
     try:
         moment = _dt.datetime(year, int(match.group("mo")), int(match.group("d")), int(match.group("h")),
@@ -59,7 +59,7 @@ def _local(year: int, match: re.Match[str]) -> Optional[float]:
     return _time.mktime(moment.timetuple()) + float("0." + fraction)
 
 
-def read_log(path: Path, *, name: Optional[str] = None, start_order: int = 0) -> list[LogLine]:
+def read_log(path: Path, *, name: str | None = None, start_order: int = 0) -> list[LogLine]:
     """Every line of ``path`` as a :class:`LogLine` (``name``: how evidence names the file)."""
     shown = name or path.name
     default_node = node_of_file(path)
@@ -77,8 +77,8 @@ def read_log(path: Path, *, name: Optional[str] = None, start_order: int = 0) ->
     # A line without a stamp happened after the stamps above it and before the next one: take the next
     # (else the file's last write) so a late traceback is not dated at an early warning.
     last_write = path.stat().st_mtime
-    times: list[Optional[float]] = []
-    upcoming: Optional[float] = None
+    times: list[float | None] = []
+    upcoming: float | None = None
     for _node, _rank, _text, stamp in reversed(parsed):
         upcoming = stamp if stamp is not None else upcoming
         times.append(upcoming)
@@ -97,7 +97,7 @@ def read_logs(paths: Iterable[Path]) -> list[LogLine]:
     return out
 
 
-def _split(full: str, default_node: Optional[str]) -> tuple[Optional[str], Optional[int], str]:
+def _split(full: str, default_node: str | None) -> tuple[str | None, int | None, str]:
     node, rank, text = default_node, None, full
     match = _FTWIZ_PREFIX.match(full)
     if match:
@@ -109,7 +109,7 @@ def _split(full: str, default_node: Optional[str]) -> tuple[Optional[str], Optio
     return node, rank, text
 
 
-def protocol(text: str) -> Optional[dict]:
+def protocol(text: str) -> dict | None:
     """The workloads' protocol object on this line (``{"ftwiz": kind, ...}``), or None."""
     stripped = text.strip()
     if not stripped.startswith("{") or '"ftwiz"' not in stripped:

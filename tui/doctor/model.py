@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-__all__ = ["LogLine", "Evidence", "Finding", "Diagnosis"]
+__all__ = ["Diagnosis", "Evidence", "Finding", "LogLine"]
 
 
 @dataclass(frozen=True)
@@ -16,13 +16,13 @@ class LogLine:
     """The file's name as given (``node1.log``)."""
     line: int
     """1-based line number in that file."""
-    node: Optional[str]
+    node: str | None
     """The node (``node/rank |`` prefix, else the file name ``NODE.log``), or None."""
-    rank: Optional[int]
+    rank: int | None
     """The global rank (``node/3 |`` or ``[rank3]:``), None for torchrun's own lines."""
     text: str
     """The line without its node/rank prefixes."""
-    time: Optional[float]
+    time: float | None
     """Unix seconds: the line's own timestamp, else the last one seen earlier in the file."""
     order: int = 0
     """Position among all lines read (ties in time keep file order)."""
@@ -60,16 +60,16 @@ class Diagnosis:
     """One likely cause of the failure, with its evidence and the fix (the ``--json`` item)."""
 
     cause: str
-    node: Optional[str]
-    rank: Optional[int]
+    node: str | None
+    rank: int | None
     evidence: list[Evidence]
     explanation: str
     fix: str
-    confirmed: Optional[bool] = None
+    confirmed: bool | None = None
     """For ``oom.host``: True when the kernel's OOM record of the pid was found, False when looked for and absent."""
     echo: bool = False
     """True when this is demoted as the echo of another rank's failure."""
-    time: Optional[float] = None
+    time: float | None = None
     detail: str = ""
     """What was found in words (``ValueError: ... at train.py:27 in step``), for computed fixes."""
 

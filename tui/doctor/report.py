@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .model import Diagnosis
 
-__all__ = ["as_json", "format_text", "format_first"]
+__all__ = ["as_json", "format_first", "format_text"]
 
 
 def as_json(diagnoses: Sequence[Diagnosis]) -> dict[str, Any]:
