@@ -8,6 +8,7 @@ but *unconfirmed*: the kernel has no OOM record of that pid. Both on the shared 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -56,6 +57,9 @@ def test_oom_killer_is_confirmed_and_an_outside_sigkill_is_not(cluster3, tmp_pat
     assert f"Killed process {victim}" in first.evidence[0].text
     assert "OOM killer" in format_first(found)
     assert all(d.echo for d in found[1:]), [d.as_dict() for d in found]
+    # The supervisor ran the doctor itself when the run failed: run.json keeps the list.
+    stored = json.loads((run_dir / "run.json").read_text())["diagnoses"]
+    assert (stored[0]["cause"], stored[0]["rank"], stored[0].get("confirmed")) == ("oom.host", 2, True), stored
 
     config, run_dir, node, victim = _run_and_kill(cluster3, tmp_path / "kill", lambda pid: os.kill(pid, signal.SIGKILL))
     found = diagnose_run(run_dir, kernel=agent_kernel_lookup(config))

@@ -134,3 +134,21 @@ def test_json_document_shape(tmp_path):
     assert (item["cause"], item["node"], item["rank"]) == ("oom.gpu", "node3", 5)
     assert item["evidence"] == [{"file": "node3.log", "line": 1, "text": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 86.00 MiB."}]
     assert "micro_batch_size 4 -> 2" in item["fix"] and "grad_accum_steps 2 -> 4" in item["fix"]
+
+
+def test_the_headless_printer_ends_a_failed_run_with_the_first_diagnosis():
+    import io
+
+    from tui.doctor.hook import WHY_PREFIX, why_note
+    from tui.launch.commands import HeadlessPrinter
+    from tui.launch.events import RunFinished, RunNote, RunResult
+    from tui.launch.status import RunStatus
+
+    out, err = io.StringIO(), io.StringIO()
+    printer = HeadlessPrinter(out, err)
+    why = "why: oom.host — the kernel's OOM killer killed pid 7 on node1 (rank 2)"
+    printer(RunNote(why, "error"))
+    printer(RunFinished(RunResult("r1", RunStatus.FAILED, 1, reason="rank 2 failed", failed_node="node1", failed_rank=2)))
+    lines = err.getvalue().splitlines()
+    assert lines[0].startswith("ftwiz: run r1 FAILED") and lines[-2] == f"ftwiz: {why}" and lines[-1].endswith("ftwiz --why r1")
+    assert why.startswith(WHY_PREFIX) and why_note([("info", "x"), ("error", why)]) == why

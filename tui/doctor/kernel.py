@@ -23,7 +23,10 @@ def agent_kernel_lookup(config: Any) -> KernelLookup:
             async with AgentClient(config) as client:
                 return await client.kernel_oom(node, pid)
 
-        reply = asyncio.run(call())
+        try:
+            reply = asyncio.run(call())
+        except Exception as exc:  # no agent client here, a running loop, a transport error: "could not ask"
+            raise OSError(f"{node}'s agent could not be asked: {type(exc).__name__}: {exc}") from None
         value = getattr(reply, "value", None)
         if value is None:
             raise OSError(f"{node}'s agent: {reply.error or 'no answer'}")

@@ -24,8 +24,8 @@ class RunOutcome(VerticalScroll):
         with Horizontal(id="outcome-buttons"):
             yield Button("Resume from the last checkpoint (u)", id="resume", variant="warning", compact=True)
 
-    def show(self, result: Optional[Any], snapshot: Optional[Any], palette: Palette, *, can_resume: bool) -> None:
-        """Draw a ``RunResult`` (None hides the panel)."""
+    def show(self, result: Optional[Any], snapshot: Optional[Any], palette: Palette, *, can_resume: bool, why: str = "") -> None:
+        """Draw a ``RunResult`` (None hides the panel); ``why``: the failure doctor's first diagnosis."""
         self.display = result is not None
         if result is None:
             return
@@ -39,6 +39,9 @@ class RunOutcome(VerticalScroll):
         if result.failed_node or result.failed_rank is not None:
             rank = f" rank {result.failed_rank}" if result.failed_rank is not None else ""
             body.append(Text(f"Failed: {result.failed_node or '?'}{rank}", style=f"bold {palette.bad}"))
+        if why and not ok:
+            body.append(Text(why, style=f"bold {palette.bad}"))
+            body.append(Text(f"  all diagnoses: ftwiz --why {result.run_id}", style=palette.muted))
         if result.last_lines:
             body.append(Text("Last lines:", style=palette.muted))
             body.extend(Text("  " + line, no_wrap=True, overflow="ellipsis") for line in result.last_lines[-8:])
