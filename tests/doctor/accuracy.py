@@ -10,7 +10,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from tests.doctor.fixtures.excerpts import EXCERPTS
+from tests.doctor.fixtures.excerpts import EXCERPTS, HELD_OUT
 from tui.doctor import diagnose_files
 
 
@@ -24,12 +24,12 @@ def first_cause(entry: dict[str, str], base: Path) -> str:
     return found[0].cause if found else "none"
 
 
-def table() -> tuple[dict[str, tuple[int, int]], list[tuple[str, str, str]]]:
-    """``{cause: (right, total)}`` and the misses ``(id, expected, got)``."""
+def table(entries: list[dict[str, str]] = EXCERPTS) -> tuple[dict[str, tuple[int, int]], list[tuple[str, str, str]]]:
+    """``{cause: (right, total)}`` and the misses ``(id, expected, got)`` over ``entries``."""
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     misses = []
     with tempfile.TemporaryDirectory() as tmp:
-        for entry in EXCERPTS:
+        for entry in entries:
             got = first_cause(entry, Path(tmp))
             totals[entry["expected"]][1] += 1
             if got == entry["expected"]:
@@ -40,16 +40,19 @@ def table() -> tuple[dict[str, tuple[int, int]], list[tuple[str, str, str]]]:
 
 
 def main() -> int:
-    counts, misses = table()
-    print(f"{'cause':<16}{'right':>6}{'total':>6}  accuracy")
-    for cause, (right, total) in counts.items():
-        print(f"{cause:<16}{right:>6}{total:>6}  {right / total:6.0%}")
-    right = sum(r for r, _ in counts.values())
-    total = sum(t for _, t in counts.values())
-    print(f"{'all':<16}{right:>6}{total:>6}  {right / total:6.0%}")
-    for ident, expected, got in misses:
-        print(f"miss: {ident}: expected {expected}, got {got}")
-    return 0 if not misses else 1
+    missed = 0
+    for title, entries in (("the set the signatures were written against", EXCERPTS), ("held out (collected after)", HELD_OUT)):
+        counts, misses = table(entries)
+        print(f"\n{title}\n{'cause':<16}{'right':>6}{'total':>6}  accuracy")
+        for cause, (right, total) in counts.items():
+            print(f"{cause:<16}{right:>6}{total:>6}  {right / total:6.0%}")
+        right = sum(r for r, _ in counts.values())
+        total = sum(t for _, t in counts.values())
+        print(f"{'all':<16}{right:>6}{total:>6}  {right / total:6.0%}")
+        for ident, expected, got in misses:
+            print(f"miss: {ident}: expected {expected}, got {got}")
+        missed += len(misses) if entries is EXCERPTS else 0
+    return 0 if not missed else 1
 
 
 if __name__ == "__main__":
