@@ -152,3 +152,29 @@ def test_the_headless_printer_ends_a_failed_run_with_the_first_diagnosis():
     lines = err.getvalue().splitlines()
     assert lines[0].startswith("ftwiz: run r1 FAILED") and lines[-2] == f"ftwiz: {why}" and lines[-1].endswith("ftwiz --why r1")
     assert why.startswith(WHY_PREFIX) and why_note([("info", "x"), ("error", why)]) == why
+
+
+def test_differing_versions_lead_when_the_log_shows_only_a_socket_error(tmp_path):
+    from tui.doctor import diagnose_lines
+    from tui.doctor.logs import read_log
+    from tui.doctor.versions import versions_from_reports
+
+    class Software:  # the shape of shared.models.SoftwareVersions
+        def __init__(self, torch, nccl):
+            self.torch, self.torch_cuda, self.nccl, self.python = torch, "12.1", nccl, "3.11.7"
+
+    class Report:
+        def __init__(self, torch, nccl):
+            self.software, self.driver_version = Software(torch, nccl), "550.54.15"
+
+    versions = versions_from_reports({"node0": Report("2.3.0", "2.20.5"), "node1": Report("2.3.0", "2.20.5"), "node2": Report("2.1.2", "2.18.1")})
+    path = _write(tmp_path, "node0.log", ["node0/0 | RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:3"])
+    found = diagnose_lines(read_log(path), record={"versions": versions})
+    assert [d.cause for d in found] == ["version.skew", "net.peer_lost"]
+    assert found[0].node == "node2" and "torch, nccl differ" in found[0].explanation and "node2" in found[0].fix
+    assert found[0].evidence[0].text == "versions.torch: node0=2.3.0, node1=2.3.0, node2=2.1.2"
+    # A real root cause in the log stays first; the skew follows it.
+    oom = _write(tmp_path, "node1.log", ["node1/1 | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    assert [d.cause for d in diagnose_lines(read_log(oom), record={"versions": versions})] == ["oom.gpu", "version.skew"]
+    same = versions_from_reports({"a": Report("2.3.0", "2.20.5"), "b": Report("2.3.0", "2.20.5")})
+    assert [d.cause for d in diagnose_lines(read_log(path), record={"versions": same})] == ["net.peer_lost"]

@@ -18,6 +18,7 @@ from .findings import find
 from .logs import protocol, read_log
 from .model import Diagnosis, Evidence, LogLine
 from .report import as_json, format_first, format_text
+from .versions import place_skew, skew_diagnosis
 
 __all__ = [
     "Diagnosis",
@@ -56,8 +57,12 @@ def diagnose_files(paths: Sequence[Path], *, record: Mapping[str, Any] | None = 
 
 def diagnose_lines(lines: Sequence[LogLine], *, record: Mapping[str, Any] | None = None,
                    kernel: KernelLookup | None = None) -> list[Diagnosis]:
-    """Diagnose lines already read."""
-    return rank_findings(find(lines, pid_ranks=_pid_ranks(lines, record)), lines, record=record, kernel=kernel)
+    """Diagnose lines already read (``record["versions"]``, when present, can add ``version.skew``)."""
+    found = rank_findings(find(lines, pid_ranks=_pid_ranks(lines, record)), lines, record=record, kernel=kernel)
+    versions = (record or {}).get("versions")
+    if found and isinstance(versions, Mapping):
+        found = place_skew(found, skew_diagnosis(versions))
+    return found
 
 
 def _pid_ranks(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> dict[tuple[str | None, int], int]:

@@ -16,17 +16,20 @@ WHY_PREFIX = "why: "
 __all__ = ["WHY_PREFIX", "diagnose_finished_run", "why_note"]
 
 
-def diagnose_finished_run(run_dir: Path, record: Mapping[str, Any], config: Any = None) -> tuple[list[dict[str, Any]], str]:
-    """``(diagnoses as run.json keeps them, the first one as a note)``; ``([], "")`` when nothing was found."""
+def diagnose_finished_run(run_dir: Path, record: Mapping[str, Any], config: Any = None,
+                          reports: Mapping[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    """``(diagnoses as run.json keeps them, versions by node from the agents' reports, the first diagnosis as a note)``."""
     from . import diagnose_run, format_first
     from .kernel import agent_kernel_lookup
+    from .versions import versions_from_reports
 
     try:
+        versions = versions_from_reports(reports or {})
         kernel = agent_kernel_lookup(config) if config is not None else None
-        found = diagnose_run(run_dir, record, kernel=kernel)
-    except Exception as exc:  # never let the doctor break the end of a run
-        return [], f"{WHY_PREFIX}the failure doctor could not read the logs ({type(exc).__name__}: {exc})"
-    return [d.as_dict() for d in found], format_first(found)
+        found = diagnose_run(run_dir, {**record, "versions": versions} if versions else record, kernel=kernel)
+    except Exception as exc:  # noqa: BLE001  (never let the doctor break the end of a run)
+        return [], {}, f"{WHY_PREFIX}the failure doctor could not read the logs ({type(exc).__name__}: {exc})"
+    return [d.as_dict() for d in found], versions, format_first(found)
 
 
 def why_note(notes: list[tuple[str, str]]) -> str:

@@ -227,8 +227,8 @@ class RunCore:
         """The failure doctor: ``diagnoses`` in run.json, the first one as a note (printed at the end)."""
         from tui.doctor.hook import diagnose_finished_run
 
-        diagnoses, first = diagnose_finished_run(self.record.dir, self.record.data, self.config)
-        self.record.update(diagnoses=diagnoses, save=False)
+        diagnoses, versions, first = diagnose_finished_run(self.record.dir, self.record.data, self.config, self.reports)
+        self.record.update(diagnoses=diagnoses, versions=versions, save=False)
         if first:
             self._note(first, "error")
 
