@@ -23,7 +23,7 @@ class LogLine:
     text: str
     """The line without its node/rank prefixes."""
     time: float | None
-    """Unix seconds: the line's own timestamp, else the last one seen earlier in the file."""
+    """Unix seconds: the line's own timestamp, else the next one below it in the file (else the file's last write)."""
     order: int = 0
     """Position among all lines read (ties in time keep file order)."""
 
