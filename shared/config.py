@@ -74,7 +74,7 @@ class NodeConfig(_Section):
 class JobConfig(_Section):
     """``[job]``: the workload and its hyper-parameters."""
 
-    workload: Literal["sft", "allreduce"] = Field("sft", description="sft (fine-tune) or allreduce (network check).")
+    workload: Literal["sft", "allreduce", "command"] = Field("sft", description="sft (fine-tune), allreduce (network check) or command (your own training code, see `command`).")
     model: str = Field("meta-llama/Llama-2-7b-hf", description="HF model id or local directory.")
     dataset: str = Field("data/train.jsonl", description="JSONL file: text, chat messages or instruction records.")
     method: Literal["full", "lora", "qlora"] = Field("qlora", description="full, lora or qlora (4-bit NF4, CUDA only).")
@@ -101,12 +101,91 @@ class JobConfig(_Section):
     iterations: int = Field(20, ge=1, le=100_000, description="allreduce: timed iterations per size.")
     warmup_iterations: int = Field(5, ge=0, le=10_000, description="allreduce: untimed warm-up iterations per size.")
 
+    command: list[str] = Field(default_factory=list, description='workload = "command": your script and its arguments, run by each node\'s python under torchrun (["train.py", "--lr", "1e-4"]), or a module (["-m", "axolotl.cli.train", "cfg.yml"]).')
+    code_dir: str = Field(".", description='workload = "command": directory shipped to every node\'s run dir (relative to ftwiz.toml); "" = the code is already on every node, relative to its workdir.')
+    requires: list[str] = Field(default_factory=list, description='workload = "command": packages your code needs (pip requirement strings, e.g. "trl>=0.20"): checked on every node, versions compared.')
+    env: dict[str, str] = Field(default_factory=dict, description='workload = "command": extra environment for every rank, e.g. { WANDB_MODE = "offline" }.')
+    progress_regex: Optional[str] = Field(None, description="A regular expression with named groups step, loss, total (also lr, epoch) that finds progress in your code's own lines.")
+
+    @field_validator("command")
+    @classmethod
+    def _command_ok(cls, value: list[str]) -> list[str]:
+        return check_command(value)
+
+    @field_validator("requires")
+    @classmethod
+    def _requires_ok(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not REQUIREMENT_RE.match(item.strip()):
+                raise ValueError(f"{item!r} is not a pip requirement: write a package name with an optional version, e.g. \"trl>=0.20\" or \"transformers\"")
+        return [item.strip() for item in value]
+
+    @field_validator("env")
+    @classmethod
+    def _job_env_ok(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by torchrun/ftwiz for every rank; remove it from [job].env")
+        return value
+
+    @field_validator("progress_regex")
+    @classmethod
+    def _regex_ok(cls, value: Optional[str]) -> Optional[str]:
+        return check_progress_regex(value)
+
+    @model_validator(mode="after")
+    def _command_needed(self) -> "JobConfig":
+        if self.workload == "command" and not self.command:
+            raise ValueError('command: workload = "command" needs command = ["train.py", ...] (your script and its arguments) or ["-m", "package.module", ...]')
+        return self
+
     @field_validator("sizes_mb")
     @classmethod
     def _sizes_ok(cls, value: list[float]) -> list[float]:
         if not value or any(s <= 0 for s in value):
             raise ValueError("give at least one positive size in MB")
         return value
+
+
+#: One pip requirement: a name, optional extras, optional version specifiers (PEP 508 without markers).
+REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]+\])?\s*((===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*(,\s*(===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?$")
+#: Environment torchrun or ftwiz sets for every rank: ``[job].env`` may not override it.
+RESERVED_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
+                          "MASTER_PORT", "TORCHELASTIC_RUN_ID", "FTWIZ_RUN_ID", "FTWIZ_NODE", "CUDA_VISIBLE_DEVICES"})
+#: Named groups ``progress_regex`` may use.
+PROGRESS_GROUPS = ("step", "total", "loss", "lr", "epoch")
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def check_command(value: list[str]) -> list[str]:
+    """``[job].command``: a script path or ``-m module``, then arguments; raise ValueError with the fix."""
+    if not value:
+        return value
+    first = value[0]
+    if first == "-m":
+        if len(value) < 2 or not _MODULE_RE.match(value[1]):
+            raise ValueError('after "-m" give a module name, e.g. ["-m", "axolotl.cli.train", "cfg.yml"]')
+    elif first.startswith("-") or not first.strip():
+        raise ValueError(f'the first word must be your script (e.g. "train.py") or "-m" and a module, not {first!r}')
+    return value
+
+
+def check_progress_regex(value: Optional[str]) -> Optional[str]:
+    """``[job].progress_regex``: compiles, and its named groups are among :data:`PROGRESS_GROUPS`."""
+    if value is None or value == "":
+        return None
+    try:
+        pattern = re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    unknown = sorted(set(pattern.groupindex) - set(PROGRESS_GROUPS))
+    if unknown:
+        raise ValueError(f"unknown named group(s) {', '.join(unknown)}: use {', '.join(PROGRESS_GROUPS)}, e.g. r\"step (?P<step>\\d+) loss (?P<loss>[0-9.]+)\"")
+    if not {"step", "loss"} & set(pattern.groupindex):
+        raise ValueError("needs a named group step or loss, e.g. r\"step (?P<step>\\d+)/(?P<total>\\d+) loss (?P<loss>[0-9.]+)\"")
+    return value
 
 
 class NcclConfig(_Section):
@@ -215,6 +294,9 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
             loc, message = _cross_loc(data, first), _explain(first)
         else:
             message = _explain(first)
+            inner = re.match(r"^([a-z_]+): (.*)$", message, re.S)
+            if inner and loc and loc[-1] == "job" and inner.group(1) in JobConfig.model_fields:
+                loc, message = loc + [inner.group(1)], inner.group(2)
         field = _path(loc)
         raise ConfigError(source, message, line=locate_line(text, loc), field=field or None) from None
 
