@@ -24,7 +24,6 @@ and re-attached when the nodes answer again.
 from __future__ import annotations
 
 import dataclasses
-import json
 import queue
 import sys
 import threading
@@ -47,7 +46,8 @@ from tui.launch.events import (
     RunResult,
 )
 from tui.launch.failure import FailureTracker, describe_exit, describe_worker_exit
-from tui.launch.plan import NodePlan, build_plan, start_script
+from tui.launch.nodefiles import node_files
+from tui.launch.plan import NodePlan
 from tui.launch.progress import ProgressModel, parse_protocol, split_rank
 from tui.launch.record import RunRecord, load_record, new_run_id, runs_dir
 from tui.launch.runner import NodeRunner
@@ -261,39 +261,15 @@ class Run:
 
     def _node_files(self, node: NodeConfig, workdir_abs: str, rundir_abs: str, package: Mapping[str, bytes]) -> dict[str, bytes]:
         """Everything a node needs in its run directory (called on that node's runner thread)."""
-        gpus = {}
-        cores = {}
-        report = self.reports.get(node.name)
-        if report is not None:
-            gpus[node.name] = [g.index for g in getattr(report, "gpus", [])]
-            cores[node.name] = getattr(getattr(report, "host", None), "cpu_cores", None)
-        plan = build_plan(
-            self.config,
-            self.run_id,
-            rundirs={n.name: rundir_abs for n in self.config.nodes},
-            gpu_indices=gpus,
-            cpu_cores=cores,
-            network_env=self.network_env,
+        built = node_files(
+            self.config, node, run_id=self.run_id, workdir_abs=workdir_abs, rundir_abs=rundir_abs, package=package,
+            reports=self.reports, network_env=self.network_env, resume=self.resume, output_dir=self.output_dir,
         )
-        mine = next(p for p in plan if p.node == node.name)
-        self.plans[node.name] = mine
-        spec = self.config.job.model_dump(mode="json")
-        spec.update(run_id=self.run_id, workdir=workdir_abs, base_dir=workdir_abs, resume="auto" if self.resume else None, output_dir=self.output_dir)
-        self.record.update_node(
-            node.name,
-            workdir=workdir_abs,
-            rundir=rundir_abs,
-            nproc=mine.nproc,
-            command=mine.argv,
-            command_line=mine.command_line,
-            env=mine.env,
-            cuda_visible_devices=mine.cuda_visible_devices,
-            node_log=f"{rundir_abs}/{node.name}.log",
-        )
-        files = dict(package)
-        files["job.json"] = json.dumps(spec, indent=2).encode()
-        files[f"{node.name}.sh"] = start_script(mine, rundir_abs).encode()
-        return files
+        self.plans[node.name] = built.plan
+        self.record.update_node(node.name, **built.record)
+        if built.run_record:
+            self.record.update(**built.run_record)
+        return built.files
 
     def _collect(self, futures: Mapping[str, Future], timeout: float) -> dict[str, str]:
         problems: dict[str, str] = {}
