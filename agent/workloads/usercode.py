@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from typing import Any, Optional, TextIO
 
 from .dist import die_with_parent, register_stack_dump
@@ -97,7 +98,33 @@ def run_command(command: list[str], root: str) -> int:
             return code
         print(code, file=sys.stderr)
         return 1
+    except Exception as error:  # noqa: BLE001 - the user's exception: report it as python would, and name it
+        report_exception(error)
+        return 1
     return 0
+
+
+def report_exception(error: BaseException) -> None:
+    """The traceback on stderr (as python prints it), an ``error`` line naming the exception and where it
+    was raised, and torchrun's error file (its failure summary then quotes the traceback, as ``@record`` does)."""
+    stack = traceback.format_exc()
+    sys.stderr.write(stack)
+    sys.stderr.flush()
+    where = ""
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        last = frames[-1]
+        where = f" ({os.path.basename(last.filename)} line {last.lineno}, in {last.name})"
+    emit("error", rank=_env_int("RANK"), message=f"{type(error).__name__}: {error}{where}")
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        data = {"message": {"message": f"{type(error).__name__}: {error}",
+                            "extraInfo": {"py_callstack": stack, "timestamp": str(int(time.time()))}}}
+        try:
+            with open(path, "w") as fh:
+                json.dump(data, fh)
+        except OSError:
+            pass
 
 
 class RegexTee(io.TextIOBase):
