@@ -27,7 +27,7 @@ Progress = Callable[[str, int, int], None]
 
 ORDER = [
     "agent.reachable", "agent.version", "ssh.auth", "gpu.present", "gpu.processes", "gpu.ecc", "gpu.throttle",
-    "env.packages", "env.parity", "mem.fit", "disk.free", "clock.skew", "net.subnet", "net.ifname", "net.mtu",
+    "env.packages", "env.parity", "job.code", "job.requires", "mem.fit", "disk.free", "clock.skew", "net.subnet", "net.ifname", "net.mtu",
     "net.ib", "net.latency", "net.bandwidth", "net.master_address", "rendezvous.port_free", "rendezvous.reachable",
     "data.reachable", "plan.batch", "plan.hetero", "plan.advice",
 ]

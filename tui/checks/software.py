@@ -21,8 +21,8 @@ _NOT_INSTALLED = "not installed"
 def required_packages(config: FtwizConfig) -> list[str]:
     """Packages the job imports on every node."""
     job = config.job
-    if job.workload == "allreduce":
-        return ["torch"]
+    if job.workload in ("allreduce", "command"):
+        return ["torch"]  # your own code's packages: [job].requires, checked by job.requires
     needed = ["torch", "transformers", "peft"]
     if job.method == "qlora" or job.optimizer in ("adamw_8bit", "paged_adamw_8bit"):
         needed.append("bitsandbytes")

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Optional, TextIO
 from shared.config import FtwizConfig
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
 from tui.launch.progress import format_progress, parse_protocol
+from tui.launch.trainer_output import BarCollapser
 from tui.launch.record import latest_run_id, load_record, runs_dir
 from tui.launch.run import LaunchError, Run, RunOptions
 
@@ -44,6 +45,7 @@ class HeadlessPrinter:
         self.show_protocol = show_protocol
         self._lock = threading.Lock()
         self._last_progress = ""
+        self._bars = BarCollapser()  # a tqdm bar prints once, not once per carriage return
 
     def __call__(self, event: Event) -> None:
         with self._lock:
@@ -60,7 +62,8 @@ class HeadlessPrinter:
                     print(f"{event.prefix} | note: {obj.get('message')}", file=self.out, flush=True)
                 # error lines repeat on stderr as "ftwiz: error ..."; the rest is summarised as progress
                 return
-            print(f"{event.prefix} | {event.text}", file=self.out, flush=True)
+            for line in self._bars.feed(event.prefix, f"{event.prefix} | {event.text}", event.text):
+                print(line, file=self.out, flush=True)
         elif isinstance(event, ProgressChanged):
             line = format_progress(event.progress)
             if line != self._last_progress and event.progress.updated_at is not None:
@@ -73,6 +76,8 @@ class HeadlessPrinter:
             mark = {"error": "ERROR: ", "warn": "warning: "}.get(event.level, "")
             print(f"ftwiz: {mark}{event.text}", file=self.err, flush=True)
         elif isinstance(event, RunFinished):
+            for line in self._bars.flush():
+                print(line, file=self.out, flush=True)
             self._finished(event)
 
     def _finished(self, event: RunFinished) -> None:

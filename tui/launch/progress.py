@@ -20,6 +20,8 @@ from tui.launch.trainer_output import parse_trainer_line
 
 __all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "split_rank", "format_progress"]
 
+#: Shortest span of TRL ``num_tokens`` records that gives a tokens/s figure.
+_TOKEN_WINDOW_MIN_S = 2.0
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
 
 
@@ -99,7 +101,7 @@ class ProgressModel:
     errors: list[tuple[str, Optional[int], str]] = field(default_factory=list)
     """(node, rank, message) from ``error`` lines."""
     _history: deque = field(default_factory=lambda: deque(maxlen=30))
-    _tokens_seen: Optional[tuple[float, float]] = None
+    _tokens_seen: deque = field(default_factory=lambda: deque(maxlen=30))
 
     def update(self, node: str, rank: Optional[int], obj: dict[str, Any], *, now: Optional[float] = None) -> bool:
         """Apply one protocol object from ``node``; True when the snapshot changed."""
@@ -183,9 +185,11 @@ class ProgressModel:
             return per_gpu * (self.snapshot.world_size or max(1, len(self.ranks)) or 1)
         tokens = _float(obj.get("num_tokens"))
         if tokens is not None:
-            previous, self._tokens_seen = self._tokens_seen, (now, tokens)
-            if previous is not None and now > previous[0] and tokens > previous[1]:
-                return (tokens - previous[1]) / (now - previous[0])
+            # Over a window of records: log lines reach us in bursts, so two neighbours' arrival times say little.
+            self._tokens_seen.append((now, tokens))
+            (t0, n0), (t1, n1) = self._tokens_seen[0], self._tokens_seen[-1]
+            if t1 - t0 >= _TOKEN_WINDOW_MIN_S and n1 > n0:
+                return (n1 - n0) / (t1 - t0)
         return self.snapshot.tokens_per_s
 
 

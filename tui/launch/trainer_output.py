@@ -73,10 +73,7 @@ def parse_log_dict(text: str) -> Optional[dict[str, Any]]:
     if not _LOG_KEYS & set(value):
         return None
     out: dict[str, Any] = {"ftwiz": "progress", "source": "log_dict"}
-    loss = _number(value.get("loss"))
-    if loss is None:
-        loss = _number(value.get("train_loss"))  # the Trainer's summary at the end
-    _put(out, "loss", loss)
+    _put(out, "loss", _number(value.get("loss")))  # not the summary's train_loss: a run mean, not the latest loss
     _put(out, "learning_rate", _number(value.get("learning_rate")))
     _put(out, "epoch", _number(value.get("epoch")))
     _put(out, "grad_norm", _number(value.get("grad_norm")))
