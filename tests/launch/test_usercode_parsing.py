@@ -55,6 +55,14 @@ def test_trl_tokens_become_tokens_per_second():
     assert model.snapshot.loss == pytest.approx(5.5)
 
 
+def test_trl_tokens_over_the_bars_elapsed_time():
+    """Lines arrive in bursts: the rate uses the worker-side elapsed time of the training bar."""
+    model = ProgressModel()
+    model.update("n0", 0, parse_trainer_line(" 50%|█████     | 4/8 [00:04<00:04,  1.00it/s]"), now=1.0)
+    model.update("n0", 0, parse_trainer_line(TRL.replace("'2048'", "'8192'")), now=1.001)
+    assert model.snapshot.tokens_per_s == pytest.approx(2048.0)
+
+
 def test_axolotl_per_gpu_rate_times_ranks():
     model = ProgressModel()
     model.update("n0", 0, {"ftwiz": "started", "rank": 0, "world_size": 4}, now=1.0)
@@ -64,7 +72,7 @@ def test_axolotl_per_gpu_rate_times_ranks():
 
 def test_tqdm_bar_step_total_eta():
     record = parse_bar(BAR)
-    assert record == {"ftwiz": "progress", "source": "tqdm", "step": 4, "total_steps": 16, "eta_s": 8.0}
+    assert record == {"ftwiz": "progress", "source": "tqdm", "step": 4, "total_steps": 16, "eta_s": 8.0, "elapsed_s": 2.0}
     assert parse_bar(TEE_BAR)["step"] == 1
     assert parse_bar("Map:  50%|█████     | 100/200 [00:01<00:01, 99.0 examples/s]") is None
     assert parse_bar("  0%|          | 0/16 [00:00<?, ?it/s]")["step"] == 0

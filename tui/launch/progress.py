@@ -102,6 +102,7 @@ class ProgressModel:
     """(node, rank, message) from ``error`` lines."""
     _history: deque = field(default_factory=lambda: deque(maxlen=30))
     _tokens_seen: deque = field(default_factory=lambda: deque(maxlen=30))
+    _train_elapsed_s: Optional[float] = None
 
     def update(self, node: str, rank: Optional[int], obj: dict[str, Any], *, now: Optional[float] = None) -> bool:
         """Apply one protocol object from ``node``; True when the snapshot changed."""
@@ -183,7 +184,14 @@ class ProgressModel:
         per_gpu = _float(obj.get("tokens_per_s_per_gpu"))
         if per_gpu is not None:
             return per_gpu * (self.snapshot.world_size or max(1, len(self.ranks)) or 1)
+        elapsed = _float(obj.get("elapsed_s"))
+        if elapsed is not None:
+            self._train_elapsed_s = elapsed
         tokens = _float(obj.get("num_tokens"))
+        if tokens is not None and self._train_elapsed_s is not None and self._train_elapsed_s >= _TOKEN_WINDOW_MIN_S:
+            # TRL's count is cumulative over every rank; the training bar's elapsed time is the worker's own
+            # clock, so bursts of lines arriving together do not skew the rate.
+            return tokens / self._train_elapsed_s
         if tokens is not None:
             # Over a window of records: log lines reach us in bursts, so two neighbours' arrival times say little.
             self._tokens_seen.append((now, tokens))

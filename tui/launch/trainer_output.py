@@ -123,6 +123,7 @@ def parse_bar(text: str) -> Optional[dict[str, Any]]:
         return None
     out: dict[str, Any] = {"ftwiz": "progress", "source": "tqdm", "step": int(match.group("n")), "total_steps": total}
     _put(out, "eta_s", _clock_seconds(match.group("remaining")))
+    _put(out, "elapsed_s", _clock_seconds(match.group("elapsed")))
     return out
 
 
