@@ -101,9 +101,9 @@ class JobConfig(_Section):
     iterations: int = Field(20, ge=1, le=100_000, description="allreduce: timed iterations per size.")
     warmup_iterations: int = Field(5, ge=0, le=10_000, description="allreduce: untimed warm-up iterations per size.")
 
-    command: list[str] = Field(default_factory=list, description='workload = "command": your script and its arguments, run by each node\'s python under torchrun (["train.py", "--lr", "1e-4"]), or a module (["-m", "axolotl.cli.train", "cfg.yml"]).')
-    code_dir: str = Field(".", description='workload = "command": directory shipped to every node\'s run dir (relative to ftwiz.toml); "" = the code is already on every node, relative to its workdir.')
-    requires: list[str] = Field(default_factory=list, description='workload = "command": packages your code needs (pip requirement strings, e.g. "trl>=0.20"): checked on every node, versions compared.')
+    command: list[str] = Field(default_factory=list, description='workload = "command": your script and its arguments (["train.py", "--lr", "1e-4"]) or ["-m", "module", ...].')
+    code_dir: str = Field(".", description='workload = "command": directory shipped to every node (relative to ftwiz.toml); "" = already on every node.')
+    requires: list[str] = Field(default_factory=list, description='workload = "command": pip requirements your code needs ("trl>=0.20"), checked on every node.')
     env: dict[str, str] = Field(default_factory=dict, description='workload = "command": extra environment for every rank, e.g. { WANDB_MODE = "offline" }.')
     progress_regex: Optional[str] = Field(None, description="A regular expression with named groups step, loss, total (also lr, epoch) that finds progress in your code's own lines.")
 

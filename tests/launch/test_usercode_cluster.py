@@ -63,7 +63,7 @@ def test_ddp_loop_on_three_nodes_ships_the_code_and_shows_its_progress(cluster3,
 def test_a_script_raising_on_rank_2_stops_every_rank_within_10s(cluster3, tmp_path):
     run = make_run(_ddp_config(cluster3, "--steps", "400", "--sleep", "0.2", "--fail-rank", "2", "--fail-step", "6"), tmp_path)
     watched = RunThread(run).start()
-    raised = wait_until(lambda: any("simulated data error" in l.text for l in watched.lines()) or watched.finished_at, 240)
+    raised = wait_until(lambda: any("simulated data error" in line.text for line in watched.lines()) or watched.finished_at, 240)
     raised_at = time.monotonic()
     assert raised, watched.notes()
     gone = wait_until(lambda: not run_pids(run.run_id), 10)
@@ -152,12 +152,12 @@ def test_trainer_scripts_show_step_loss_and_eta_from_their_own_output(cluster3, 
     final = run.progress.snapshot
     assert (final.step, final.total_steps) == (8, 8) and final.loss is not None and final.learning_rate is not None
     assert any(s.eta_s is not None for s in snaps), "no ETA was ever shown"
-    progress_lines = [l for l in printed.splitlines() if l.startswith("progress | ")]
-    assert any("step 8/8" in l and "loss" in l for l in progress_lines), printed[-3000:]
+    progress_lines = [line for line in printed.splitlines() if line.startswith("progress | ")]
+    assert any("step 8/8" in line and "loss" in line for line in progress_lines), printed[-3000:]
     # The training bar becomes progress lines; other bars (data mapping, weight loading) print once, not per update.
-    printed_bars = [l for l in printed.splitlines() if "%|" in l and not l.startswith("progress")]
-    logged_bars = [l for n in ("node0", "node1") for l in (tmp_path / "runs" / run.run_id / f"{n}.log").read_text().splitlines() if "%|" in l]
-    assert not any(l.startswith(("node0/0 |  ", "node1/0 |  ")) and "it/s]" in l for l in printed_bars), printed_bars
+    printed_bars = [line for line in printed.splitlines() if "%|" in line and not line.startswith("progress")]
+    logged_bars = [line for n in ("node0", "node1") for line in (tmp_path / "runs" / run.run_id / f"{n}.log").read_text().splitlines() if "%|" in line]
+    assert not any(line.startswith(("node0/0 |  ", "node1/0 |  ")) and "it/s]" in line for line in printed_bars), printed_bars
     assert len(printed_bars) < len(logged_bars) / 2, (len(printed_bars), len(logged_bars))
     if script == "trl_sft.py":
         assert any(s.tokens_per_s for s in snaps), "TRL's num_tokens gave no tokens/s"

@@ -94,7 +94,7 @@ def probe_node(node: NodeConfig, config: FtwizConfig, timeout: float) -> NodePro
             stdout, code, stderr = res.stdout, res.exit_status, res.stderr
     except Exception as exc:  # noqa: BLE001 - any failure to ask is a row, not a crash
         return NodeProbe(node.name, error=f"{type(exc).__name__}: {exc}")
-    line = next((l for l in stdout.splitlines() if l.startswith(_MARKER)), None)
+    line = next((text for text in stdout.splitlines() if text.startswith(_MARKER)), None)
     if code != 0 or line is None:
         return NodeProbe(node.name, error=f"{node.python} exited {code}: {stderr.strip()[-300:] or 'no output'}")
     data = json.loads(line[len(_MARKER):])
