@@ -13,8 +13,8 @@ from shared.config import FtwizConfig
 from tui.app.widgets.job.fit_chart import FitRow
 
 if TYPE_CHECKING:
-    from tui.app.app import FtwizApp
     from tui.app.cluster_state import ClusterState
+    from tui.app.wizard import Wizard
 
 __all__ = ["JobPlan", "check_ids", "check_title", "interconnect", "launch_inputs", "new_run", "plan_job", "run_checks"]
 
@@ -36,7 +36,7 @@ def check_title(check_id: str) -> str:
 
 
 async def run_checks(
-    app: "FtwizApp",
+    app: "Wizard",
     config: FtwizConfig,
     *,
     only: Optional[str],
@@ -183,7 +183,7 @@ def interconnect(config: FtwizConfig, reports: dict[str, Any]) -> Any:
     return Interconnect(infiniband=infiniband, ethernet_gbps=min(speeds) if speeds and not infiniband else None)
 
 
-def launch_inputs(app: "FtwizApp", config: FtwizConfig) -> tuple[dict[str, Any], Optional[dict[str, dict[str, str]]], Optional[str]]:
+def launch_inputs(app: "Wizard", config: FtwizConfig) -> tuple[dict[str, Any], Optional[dict[str, dict[str, str]]], Optional[str]]:
     """What the launcher needs beside the config, as ``ftwiz --launch`` computes it.
 
     Reports: the ones the checklist ran on (else the poller's latest). The NCCL/gloo interface plan:
@@ -201,7 +201,7 @@ def launch_inputs(app: "FtwizApp", config: FtwizConfig) -> tuple[dict[str, Any],
         return reports, None, f"no interface plan ({type(exc).__name__}: {exc}); NCCL/gloo will pick interfaces themselves"
 
 
-def new_run(app: "FtwizApp", config: FtwizConfig, *, resume: bool) -> Any:
+def new_run(app: "Wizard", config: FtwizConfig, *, resume: bool) -> Any:
     """A :class:`tui.launch.run.Run` for ``config`` (resume: from the last recorded run's output_dir).
 
     Raises :class:`tui.launch.run.LaunchError` when there is nothing to resume.

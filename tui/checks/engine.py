@@ -101,7 +101,7 @@ async def run_checklist_full(
     from tui.client import AgentClient
     from tui.checks.ssh_checks import gather_ssh
 
-    import tui.checks  # noqa: F401 - registers every check
+    # CHECKS holds every check: importing this module ran tui/checks/__init__.py first, which imports them all.
 
     own_client = client is None
     client = client or AgentClient(config)

@@ -9,6 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Static
 
 from shared.config import FtwizConfig
+from tui.app.engines import plan_job
 from tui.app.messages import ClusterUpdated, ConfigChanged
 from tui.app.render import Palette
 from tui.app.screens.step_screen import StepScreen
@@ -82,8 +83,6 @@ class JobScreen(StepScreen):
     @work(exclusive=True, group="plan", thread=True)
     def replan(self) -> None:
         """Estimate and advise for the current config (a thread: a local model's config.json is read)."""
-        from tui.app.engines import plan_job
-
         plan = plan_job(self.wizard.config, self.wizard.cluster)
         self.app.call_from_thread(self._show_plan, plan)
 
