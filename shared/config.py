@@ -204,7 +204,7 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
-        loc = [p for p in first["loc"]]
+        loc = list(first["loc"])
         if _is_gpus_union(loc):
             loc = [p for p in loc if not _is_union_tag(p)]
             message = 'must be "all", a GPU count (0 or more) or a list of GPU indices' + _got(first)

@@ -279,7 +279,7 @@ def _check_explicit(plan: InterfacePlan, node: str, spec: str, report: NodeRepor
     if not matches:
         plan.issues.append(NetIssue(
             "fail", node, f"socket_ifname {spec!r} matches no interface on {node} (it has: {available})",
-            f'set [nccl] socket_ifname to an interface every node has, or "auto"', topic="ifname",
+            'set [nccl] socket_ifname to an interface every node has, or "auto"', topic="ifname",
         ))
         return
     by_name = {n.name: n for n in report.nics}

@@ -56,7 +56,7 @@ class LaunchSession:
         self.run, self.result, self.snapshot, self.run_id, self.error = None, None, None, None, None
         self.lines = {n: deque(maxlen=KEEP_LINES) for n in nodes}
         self.unseen = {n: [] for n in nodes}
-        self.node_states = {n: ("waiting", "") for n in nodes}
+        self.node_states = dict.fromkeys(nodes, ("waiting", ""))
         self.losses, self.tokens_per_s, self.notes = [], [], []
 
     def apply(self, event: Any) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, ProgressBar, Static
 
@@ -29,7 +29,7 @@ class ChecklistScreen(StepScreen):
     STEP = "checklist"
     CSS_PATH = "checklist_screen.tcss"
     AUTO_FOCUS = "#check-table"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "run_all", "Run all"),
         Binding("space", "run_selected", "Re-run check"),
         Binding("o", "override", "Override fails"),

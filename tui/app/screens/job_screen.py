@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Static
 
@@ -27,7 +29,7 @@ class JobScreen(StepScreen):
     STEP = "job"
     CSS_PATH = "job_screen.tcss"
     AUTO_FOCUS = "#job-form #job-workload"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+n", "goto_next", "Checklist ›"),
         Binding("ctrl+b", "goto_previous", "‹ Cluster"),
     ]
