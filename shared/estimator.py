@@ -210,7 +210,7 @@ def layer_activation_bytes_per_token(
         per_norm = 4 * h + (4 * h if full else 0)
     else:
         per_norm = resid * h
-    total = arch.norms_per_layer * per_norm
+    total: float = arch.norms_per_layer * per_norm
 
     names = [lin.name for lin in linear_layers(arch)]
     if full:
@@ -396,6 +396,8 @@ def estimate(
     head_input = (2 * h if amp else (4 * h if fp32 else 0)) if full else 0
     layers = arch.num_hidden_layers
     mask_bytes = b * s * s if padded_batches else 0
+    ckpt: float
+    recompute: float
     if job.gradient_checkpointing:
         ckpt = tokens * (layers * resid * h + final_norm + head_input)
         recompute = tokens * (per_layer + 2 * resid * h) + eager_layer

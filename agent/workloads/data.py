@@ -46,7 +46,7 @@ def read_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
 def _parse(path: Path, number: int, line: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise WorkloadError(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno}); {SHAPES_HINT}") from None
     where = f"{path} line {number}"
     if not isinstance(record, dict):

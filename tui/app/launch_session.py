@@ -101,9 +101,9 @@ def _readable(text: str) -> Optional[str]:
     from tui.launch.progress import parse_protocol
 
     obj = parse_protocol(text)
-    kind = obj.get("ftwiz") if obj is not None else None
-    if kind is None:
+    if obj is None or obj.get("ftwiz") is None:
         return text
+    kind = obj["ftwiz"]
     if kind == "started":
         return (f"started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, "
                 f"pid {obj.get('pid')}, {obj.get('backend')})")
