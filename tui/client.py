@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import errno
-import ssl
 import os
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Generic, Optional, TypeVar, Union

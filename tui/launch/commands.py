@@ -18,8 +18,8 @@ from typing import Any, Iterator, Optional, TextIO
 from shared.config import FtwizConfig
 from tui.exitcodes import EXIT_FAILED, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
-from tui.launch.progress import format_progress, parse_protocol
 from tui.launch.prepare import new_run, resume_from
+from tui.launch.progress import format_progress, parse_protocol
 from tui.launch.record import latest_run_id, load_record, runs_dir
 from tui.launch.run import LaunchError, Run, RunOptions
 from tui.launch.status import RunStatus
@@ -55,7 +55,7 @@ class HeadlessPrinter:
         if isinstance(event, LogLine):
             obj = parse_protocol(event.text)
             kind = obj.get("ftwiz") if obj is not None else None
-            if kind is not None and not self.show_protocol:
+            if obj is not None and kind is not None and not self.show_protocol:
                 if kind == "started":
                     print(f"{event.prefix} | started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, pid {obj.get('pid')}, {obj.get('backend')})", file=self.out, flush=True)
                 elif kind == "note":
@@ -97,7 +97,7 @@ def _signals(run: Run) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {}
+    previous: dict[int, Any] = {}
 
     def stop(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -112,8 +112,8 @@ def _signals(run: Run) -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], Optional[float]]:
