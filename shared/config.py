@@ -8,6 +8,7 @@ values, so a user can fix the file without reading this code.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Literal, Optional, Union
 
 import tomlkit
@@ -71,6 +72,10 @@ class NodeConfig(_Section):
         return value
 
 
+_ALLREDUCE_SIZES_MB: list[float] = [1, 4, 16, 64, 256]
+"""allreduce message sizes by default, in MB (kept as written: the saved file shows ``[1, 4, ...]``)."""
+
+
 class JobConfig(_Section):
     """``[job]``: the workload and its hyper-parameters."""
 
@@ -97,7 +102,7 @@ class JobConfig(_Section):
     logging_steps: int = Field(1, ge=1, description="Progress line every this many steps.")
     stall_timeout_s: float = Field(600, gt=0, description="Stop every rank when no progress line arrives for this long.")
     first_step_grace_s: float = Field(1800, gt=0, description="Longer stall allowance before the first step (model download, load).")
-    sizes_mb: list[float] = Field(default_factory=lambda: [1, 4, 16, 64, 256], description="allreduce: message sizes in MB.")
+    sizes_mb: list[float] = Field(default_factory=lambda: list(_ALLREDUCE_SIZES_MB), description="allreduce: message sizes in MB.")
     iterations: int = Field(20, ge=1, le=100_000, description="allreduce: timed iterations per size.")
     warmup_iterations: int = Field(5, ge=0, le=10_000, description="allreduce: untimed warm-up iterations per size.")
 
@@ -283,7 +288,7 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
-        loc = [p for p in first["loc"]]
+        loc = list(first["loc"])
         if _is_gpus_union(loc):
             loc = [p for p in loc if not _is_union_tag(p)]
             message = 'must be "all", a GPU count (0 or more) or a list of GPU indices' + _got(first)
@@ -325,12 +330,12 @@ def _is_gpus_union(loc: list[Any]) -> bool:
     return "gpus" in loc and any(_is_union_tag(p) for p in loc[loc.index("gpus") + 1:])
 
 
-def _got(error: dict[str, Any]) -> str:
+def _got(error: Mapping[str, Any]) -> str:
     value = error.get("input")
     return f" (got {value!r})" if value is not None and not isinstance(value, (dict, list)) else ""
 
 
-def _cross_loc(data: dict[str, Any], error: dict[str, Any]) -> list[Any]:
+def _cross_loc(data: dict[str, Any], error: Mapping[str, Any]) -> list[Any]:
     """Where a whole-config check points: the repeated node name, or ``cluster.master``."""
     message = str(error.get("msg", ""))
     if "cluster.master" in message:
@@ -357,7 +362,7 @@ def _path(loc: list[Any]) -> str:
     return out
 
 
-def _explain(error: dict[str, Any]) -> str:
+def _explain(error: Mapping[str, Any]) -> str:
     message = error["msg"]
     ctx = error.get("ctx") or {}
     if error["type"] == "literal_error" and "expected" in ctx:

@@ -65,16 +65,16 @@ def node_files(
     files = dict(package)
     files["job.json"] = json.dumps(spec, indent=2).encode()
     files[f"{node.name}.sh"] = start_script(mine, rundir_abs).encode()
-    record = dict(
-        workdir=workdir_abs,
-        rundir=rundir_abs,
-        nproc=mine.nproc,
-        command=mine.argv,
-        command_line=mine.command_line,
-        env=mine.env,
-        cuda_visible_devices=mine.cuda_visible_devices,
-        node_log=f"{rundir_abs}/{node.name}.log",
-    )
+    record: dict[str, Any] = {
+        "workdir": workdir_abs,
+        "rundir": rundir_abs,
+        "nproc": mine.nproc,
+        "command": mine.argv,
+        "command_line": mine.command_line,
+        "env": mine.env,
+        "cuda_visible_devices": mine.cuda_visible_devices,
+        "node_log": f"{rundir_abs}/{node.name}.log",
+    }
     built = NodeFiles(files=files, plan=mine, record=record)
     add_user_code(built, config, run_id=run_id, config_dir=config_dir)
     return built

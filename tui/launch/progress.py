@@ -136,7 +136,7 @@ class ProgressModel:
             return True
         if kind == "allreduce":
             row = {k: obj.get(k) for k in ("size_bytes", "algbw_gbps", "busbw_gbps", "correct")}
-            self.snapshot = replace(snap, allreduce=snap.allreduce + (row,), updated_at=time.time())
+            self.snapshot = replace(snap, allreduce=(*snap.allreduce, row), updated_at=time.time())
             if rank is not None:
                 self.last_moved[rank] = now
             return True
@@ -233,7 +233,7 @@ def _float(value: Any, default: Optional[float] = None) -> Optional[float]:
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

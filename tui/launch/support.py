@@ -18,7 +18,7 @@ def workload_files() -> dict[str, bytes]:
     spec = importlib.util.find_spec("agent")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the workloads package (agent/workloads) is not installed beside ftwiz")
-    root = Path(list(spec.submodule_search_locations)[0]) / "workloads"
+    root = Path(next(iter(spec.submodule_search_locations))) / "workloads"
     files = {}
     for path in sorted(root.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".jinja", ".txt"):

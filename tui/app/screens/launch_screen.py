@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import Button, Footer, Input, Label, Static
 
@@ -30,7 +32,7 @@ class LaunchScreen(StepScreen):
     STEP = "launch"
     CSS_PATH = "launch_screen.tcss"
     AUTO_FOCUS = "#launch-logs Tabs"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "launch", "Launch"),
         Binding("s", "stop", "Stop all"),
         Binding("u", "resume", "Resume"),
