@@ -301,7 +301,7 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
             message = _explain(first)
             inner = re.match(r"^([a-z_]+): (.*)$", message, re.S)
             if inner and loc and loc[-1] == "job" and inner.group(1) in JobConfig.model_fields:
-                loc, message = loc + [inner.group(1)], inner.group(2)
+                loc, message = [*loc, inner.group(1)], inner.group(2)
         field = _path(loc)
         raise ConfigError(source, message, line=locate_line(text, loc), field=field or None) from None
 

@@ -98,7 +98,7 @@ def run_command(command: list[str], root: str) -> int:
             return code
         print(code, file=sys.stderr)
         return 1
-    except Exception as error:  # noqa: BLE001 - the user's exception: report it as python would, and name it
+    except Exception as error:
         report_exception(error)
         return 1
     return 0

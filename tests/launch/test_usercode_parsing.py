@@ -17,7 +17,14 @@ import re
 import pytest
 
 from tui.launch.progress import ProgressModel, format_progress, parse_protocol
-from tui.launch.trainer_output import BarCollapser, is_bar, parse_bar, parse_log_dict, parse_trainer_line, regex_progress
+from tui.launch.trainer_output import (
+    BarCollapser,
+    is_bar,
+    parse_bar,
+    parse_log_dict,
+    parse_trainer_line,
+    regex_progress,
+)
 
 HF4 = "{'loss': 2.3125, 'grad_norm': 1.23, 'learning_rate': 4.5e-05, 'epoch': 0.05}"
 HF5 = "{'loss': '5.566', 'grad_norm': '1.2', 'learning_rate': '4.5e-05', 'epoch': '0.05'}"

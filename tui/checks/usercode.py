@@ -81,7 +81,7 @@ def probe_node(node: NodeConfig, config: FtwizConfig, timeout: float) -> NodePro
     argv = [node.python, "-c", _PROBE, node.workdir, kind, target, *(requirement_name(r) for r in config.job.requires)]
     try:
         if node.local:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
             stdout, code, stderr = done.stdout, done.returncode, done.stderr
         else:
             from tui import ssh  # paramiko loads only when a node needs SSH
@@ -92,7 +92,7 @@ def probe_node(node: NodeConfig, config: FtwizConfig, timeout: float) -> NodePro
             finally:
                 client.close()
             stdout, code, stderr = res.stdout, res.exit_status, res.stderr
-    except Exception as exc:  # noqa: BLE001 - any failure to ask is a row, not a crash
+    except Exception as exc:
         return NodeProbe(node.name, error=f"{type(exc).__name__}: {exc}")
     line = next((text for text in stdout.splitlines() if text.startswith(_MARKER)), None)
     if code != 0 or line is None:

@@ -20,10 +20,10 @@ from tui.exitcodes import EXIT_FAILED, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
 from tui.launch.prepare import new_run, resume_from
 from tui.launch.progress import format_progress, parse_protocol
-from tui.launch.trainer_output import BarCollapser
 from tui.launch.record import latest_run_id, load_record, runs_dir
 from tui.launch.run import LaunchError, Run, RunOptions
 from tui.launch.status import RunStatus
+from tui.launch.trainer_output import BarCollapser
 
 __all__ = ["HeadlessPrinter", "attach", "launch", "stop"]
 
