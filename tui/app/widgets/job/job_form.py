@@ -51,7 +51,7 @@ JOB_FIELDS: list[tuple[str, str, Kind]] = [
 #: The "your own code" fields: shown only for ``workload = "command"``.
 COMMAND_FIELDS = frozenset({"command", "code_dir", "requires", "env", "progress_regex"})
 #: How a workload reads in the choice list.
-WORKLOAD_LABELS = {"sft": "sft (built-in fine-tune)", "allreduce": "allreduce (network check)", "command": "your own code"}
+WORKLOAD_LABELS = {"command": "your own code"}
 
 
 def _choices(field: str) -> list[str]:
