@@ -16,8 +16,8 @@ import threading
 from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
-from tui.exitcodes import EXIT_FAILED, EXIT_USAGE
 from tui.doctor.hook import WHY_PREFIX
+from tui.exitcodes import EXIT_FAILED, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
 from tui.launch.prepare import new_run, resume_from
 from tui.launch.progress import format_progress, parse_protocol

@@ -18,8 +18,8 @@ from tui.app.widgets.common.step_bar import StepBar
 from tui.app.widgets.launch.metric_plot import MetricPlot
 from tui.app.widgets.launch.node_logs import NodeLogs, parse_ranks
 from tui.app.widgets.launch.run_outcome import RunOutcome
-from tui.doctor.hook import why_note
 from tui.app.widgets.launch.run_progress import RunProgress
+from tui.doctor.hook import why_note
 
 __all__ = ["LaunchScreen"]
 
