@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+if TYPE_CHECKING:
+    from tui.local_agent import LocalAgent
 
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
@@ -111,7 +114,7 @@ class _local_agent:
 
     def __init__(self, config: Any) -> None:
         self.config = config
-        self.agent = None
+        self.agent: Optional[LocalAgent] = None
 
     def __enter__(self) -> "_local_agent":
         if not any(n.local for n in self.config.nodes):

@@ -27,7 +27,7 @@ def diagnose_finished_run(run_dir: Path, record: Mapping[str, Any], config: Any 
         versions = versions_from_reports(reports or {})
         kernel = agent_kernel_lookup(config) if config is not None else None
         found = diagnose_run(run_dir, {**record, "versions": versions} if versions else record, kernel=kernel)
-    except Exception as exc:  # noqa: BLE001  (never let the doctor break the end of a run)
+    except Exception as exc:
         return [], {}, f"{WHY_PREFIX}the failure doctor could not read the logs ({type(exc).__name__}: {exc})"
     return [d.as_dict() for d in found], versions, format_first(found)
 

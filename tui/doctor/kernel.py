@@ -25,7 +25,7 @@ def agent_kernel_lookup(config: Any) -> KernelLookup:
 
         try:
             reply = asyncio.run(call())
-        except Exception as exc:  # noqa: BLE001  (no agent client, a running loop, a transport error: "could not ask")
+        except Exception as exc:
             raise OSError(f"{node}'s agent could not be asked: {type(exc).__name__}: {exc}") from None
         value = getattr(reply, "value", None)
         if value is None:

@@ -19,7 +19,17 @@ from concurrent.futures import Future
 from typing import Any, Callable, Mapping, Optional
 
 from shared.config import FtwizConfig
-from tui.launch.events import Event, LogLine, NodeState, NodeStateChanged, Observer, ProgressChanged, RunFinished, RunNote, RunResult
+from tui.launch.events import (
+    Event,
+    LogLine,
+    NodeState,
+    NodeStateChanged,
+    Observer,
+    ProgressChanged,
+    RunFinished,
+    RunNote,
+    RunResult,
+)
 from tui.launch.failure import FailureTracker
 from tui.launch.messages import NodeEnded, NodeLine, NodeLost, NodePgid, RankSamples, RunnerMessage
 from tui.launch.options import RunOptions

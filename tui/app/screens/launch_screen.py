@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import Button, Footer, Input, Label, Static
 
@@ -16,8 +18,8 @@ from tui.app.widgets.common.step_bar import StepBar
 from tui.app.widgets.launch.metric_plot import MetricPlot
 from tui.app.widgets.launch.node_logs import NodeLogs, parse_ranks
 from tui.app.widgets.launch.run_outcome import RunOutcome
-from tui.doctor.hook import why_note
 from tui.app.widgets.launch.run_progress import RunProgress
+from tui.doctor.hook import why_note
 
 __all__ = ["LaunchScreen"]
 
@@ -31,7 +33,7 @@ class LaunchScreen(StepScreen):
     STEP = "launch"
     CSS_PATH = "launch_screen.tcss"
     AUTO_FOCUS = "#launch-logs Tabs"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "launch", "Launch"),
         Binding("s", "stop", "Stop all"),
         Binding("u", "resume", "Resume"),
