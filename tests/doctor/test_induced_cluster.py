@@ -16,6 +16,7 @@ import pytest
 
 from tests.cluster.fixtures import in_ci
 from tests.doctor.cgroup import MemoryCgroup, cgroup_problem
+from tests.doctor.induce import SCRIPT
 from tests.launch.conftest import RunThread, long_allreduce, make_run, rank_pid
 from tui.doctor import diagnose_run, format_first
 from tui.doctor.kernel import agent_kernel_lookup
@@ -70,3 +71,21 @@ def test_oom_killer_is_confirmed_and_an_outside_sigkill_is_not(cluster3, tmp_pat
     first = found[0]
     assert (first.cause, first.node, first.rank, first.confirmed) == ("oom.host", node, 2, False), [d.as_dict() for d in found]
     assert "not the OOM killer" in first.explanation
+
+
+def test_code_error_on_rank_2_through_the_launcher(cluster3, tmp_path):
+    """Your own script (workload = "command") raises on rank 2: the supervisor's own diagnosis names the
+    file, line and node of rank 2, and the other ranks' lost connections come after it as echoes."""
+    config = cluster3.config(workload="command", command=["train.py", "--fail", "code", "--steps", "8"], code_dir=str(SCRIPT.parent))
+    for node in config.nodes:
+        node.gpus = 1
+    run = make_run(config, tmp_path)
+    result = RunThread(run).start().join(240)
+    assert result.status == "failed", result
+    record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
+    stored = record["diagnoses"]
+    first = stored[0]
+    assert (first["cause"], first["rank"], first["node"]) == ("code.error", 2, record["ranks"]["2"]["node"]), stored
+    assert "train.py:27 in check_batch" in first["explanation"] and "ValueError: batch on rank 2 has no labels" in first["explanation"]
+    assert any(e["text"] == "ValueError: batch on rank 2 has no labels" for e in first["evidence"])
+    assert all(d.get("echo") for d in stored[1:]), [(d["cause"], d["node"], d["rank"]) for d in stored]

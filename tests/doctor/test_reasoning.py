@@ -43,7 +43,7 @@ def test_times_from_protocol_glog_and_iso(tmp_path):
     os.utime(path, (1763800009.0, 1763800009.0))
     lines = read_log(path)
     # unstamped lines take the next stamp below them, else the file's last write
-    assert [(l.node, l.rank, l.time) for l in lines] == [("node1", 2, 1763800000.0), ("node1", 2, 1763800000.0), ("node1", 2, 1763800009.0)]
+    assert [(line.node, line.rank, line.time) for line in lines] == [("node1", 2, 1763800000.0), ("node1", 2, 1763800000.0), ("node1", 2, 1763800009.0)]
 
 
 def test_the_first_failure_in_time_wins_and_resets_are_echoes(tmp_path):
