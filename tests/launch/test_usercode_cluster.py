@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -180,3 +181,33 @@ def test_a_missing_required_package_fails_the_checklist_and_nothing_starts(clust
         assert f"on {node}: {cluster3.training_python} -m pip install no-such-package" in err, err[-3000:]
     assert "no-such-package missing" in err
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*/run.json"))
+
+
+def test_a_detached_user_script_is_attached_with_its_progress_then_stopped(cluster3, tmp_path, monkeypatch):
+    from tui.launch import commands
+    from tui.launch.record import latest_run_id
+
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("FTWIZ_RUNS_DIR", str(runs))
+    config = _ddp_config(cluster3, "--steps", "100000", "--sleep", "0.2")
+    quiet = commands.HeadlessPrinter(io.StringIO(), io.StringIO())
+    assert commands.launch(config, yes=True, detach=True, resume=False, force=False, checklist=False, printer=quiet) == 0
+    run_id = latest_run_id(runs)
+    record = json.loads((runs / run_id / "run.json").read_text())
+    assert record["status"] == "detached" and record["code"]["files"]
+    node_logs = [Path(n["node_log"]) for n in record["nodes"].values()]
+    # Nobody watches; the script goes on (its progress lines land in the node-side log of rank 0's node).
+    assert wait_until(lambda: any(p.is_file() and p.read_text().count('"progress"') >= 3 for p in node_logs), 180), node_logs
+    out, err = io.StringIO(), io.StringIO()
+    codes: list[int] = []
+    attached = threading.Thread(target=lambda: codes.append(commands.attach(config, None, printer=commands.HeadlessPrinter(out, err))), daemon=True)
+    attached.start()
+    try:
+        replayed = wait_until(lambda: all(f"started: rank {r} of 3" in out.getvalue() for r in range(3)) and "progress | step " in out.getvalue(), 60)
+        assert replayed, out.getvalue()[-2000:]
+    finally:
+        stopped = commands.stop(config, run_id)
+    assert stopped == 0
+    attached.join(60)
+    assert not attached.is_alive() and codes
+    assert wait_until(lambda: not run_pids(run_id), 30), run_pids(run_id)
