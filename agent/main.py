@@ -15,7 +15,7 @@ from shared.version import __version__
 
 from .bodylimit import BodyLimitMiddleware
 from .dependencies import require_token
-from .routers import UNAUTHORIZED, health, metrics, probes, report, runs, sink
+from .routers import UNAUTHORIZED, health, kernel, metrics, probes, report, runs, sink
 from .sampler import Sampler
 from .settings import AgentSettings
 from .state import AgentState, default_sampler
@@ -56,7 +56,7 @@ def create_app(settings: AgentSettings, *, sampler: Optional[Sampler] = None) ->
     app.add_exception_handler(StarletteHTTPException, _http_error)
     protected: dict[str, Any] = {"dependencies": [Depends(require_token)], "responses": UNAUTHORIZED}
     app.include_router(health.router)
-    for router in (report.router, metrics.router, probes.router, sink.router, runs.router):
+    for router in (report.router, metrics.router, probes.router, sink.router, runs.router, kernel.router):
         app.include_router(router, **protected)
     return app
 

@@ -282,7 +282,7 @@ def cmd_follow(rundir, node, offset, tick, child=None):
     gone_since = None
     waited_since = time.time()
     run_id = os.path.basename(os.path.normpath(rundir))
-    workers = []
+    workers = []  # type: list
     scans = 0
     if child is not None:
         pgid = child.pid

@@ -16,6 +16,7 @@ import threading
 from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
+from tui.doctor.hook import WHY_PREFIX
 from tui.exitcodes import EXIT_FAILED, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
 from tui.launch.prepare import new_run, resume_from
@@ -48,6 +49,7 @@ class HeadlessPrinter:
         self._lock = threading.Lock()
         self._last_progress = ""
         self._bars = BarCollapser()  # a tqdm bar prints once, not once per carriage return
+        self._why = ""
 
     def __call__(self, event: Event) -> None:
         with self._lock:
@@ -74,6 +76,8 @@ class HeadlessPrinter:
         elif isinstance(event, NodeStateChanged):
             detail = f" ({event.detail})" if event.detail else ""
             print(f"ftwiz: {event.node}: {event.state.value}{detail}", file=self.err, flush=True)
+        elif isinstance(event, RunNote) and event.text.startswith(WHY_PREFIX):
+            self._why = event.text  # the failure doctor's first diagnosis: printed last, after the verdict
         elif isinstance(event, RunNote):
             mark = {"error": "ERROR: ", "warn": "warning: "}.get(event.level, "")
             print(f"ftwiz: {mark}{event.text}", file=self.err, flush=True)
@@ -94,6 +98,8 @@ class HeadlessPrinter:
             print(f"ftwiz: ERROR: {node}: processes survived SIGKILL: {pids}", file=self.err, flush=True)
         if r.unreaped:
             print(f"ftwiz: ERROR: not reaped (unreachable): {', '.join(r.unreaped)}; run `ftwiz --stop {r.run_id}` when they are back", file=self.err, flush=True)
+        if self._why:
+            print(f"ftwiz: {self._why}\nftwiz: all diagnoses: ftwiz --why {r.run_id}", file=self.err, flush=True)
 
 
 @contextlib.contextmanager
