@@ -94,6 +94,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         _err(f"config error: {exc}")
         return EXIT_USAGE
+    if args.check or args.launch or args.attach is not None or args.stop:
+        from tui.launch.codeship import anchor_code_dir
+
+        anchor_code_dir(loaded.config.job, loaded.path)  # [job].code_dir is relative to ftwiz.toml, not to the cwd
     try:
         with _local_agent(loaded.config):
             if args.check:
