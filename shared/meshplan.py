@@ -12,19 +12,19 @@ meets exactly once, so no two streams of a round share a node's link.
 from __future__ import annotations
 
 import statistics
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
 __all__ = [
-    "SLOW_FRACTION",
     "MAX_LATENCY_MS",
+    "SLOW_FRACTION",
     "Link",
     "MeshMatrix",
-    "round_robin",
-    "slow_links",
-    "slow_latency",
     "bottleneck",
+    "round_robin",
+    "slow_latency",
+    "slow_links",
 ]
 
 SLOW_FRACTION = 0.25
@@ -41,9 +41,9 @@ class Link(BaseModel):
 
     src: str = Field(description="Node that connected / streamed.")
     dst: str = Field(description="Node that accepted / received.")
-    latency_ms: Optional[float] = Field(None, description="Best TCP connect time of the tries, ms; None when unreachable.")
-    gbit_per_s: Optional[float] = Field(None, description="Throughput of the HTTP stream, Gbit/s; None when the probe failed.")
-    error: Optional[str] = Field(None, description="Why a figure is missing.")
+    latency_ms: float | None = Field(None, description="Best TCP connect time of the tries, ms; None when unreachable.")
+    gbit_per_s: float | None = Field(None, description="Throughput of the HTTP stream, Gbit/s; None when the probe failed.")
+    error: str | None = Field(None, description="Why a figure is missing.")
 
 
 class MeshMatrix(BaseModel):
@@ -55,24 +55,24 @@ class MeshMatrix(BaseModel):
     seconds: float = Field(0.0, description="Wall time of the whole mesh measurement.")
     stream_seconds: float = Field(0.0, description="Seconds each bandwidth stream ran.")
 
-    def link(self, src: str, dst: str) -> Optional[Link]:
+    def link(self, src: str, dst: str) -> Link | None:
         """The ``src → dst`` measurement, or None when it was not taken."""
         for link in self.links:
             if link.src == src and link.dst == dst:
                 return link
         return None
 
-    def matrix(self, field: str = "gbit_per_s") -> list[list[Optional[float]]]:
+    def matrix(self, field: str = "gbit_per_s") -> list[list[float | None]]:
         """``rows[i][j]`` = ``field`` of ``nodes[i] → nodes[j]`` (None on the diagonal and where missing)."""
         index = {(link.src, link.dst): getattr(link, field) for link in self.links}
         return [[index.get((a, b)) if a != b else None for b in self.nodes] for a in self.nodes]
 
-    def median_gbit(self) -> Optional[float]:
+    def median_gbit(self) -> float | None:
         """Median throughput over the links that have one."""
         values = [link.gbit_per_s for link in self.links if link.gbit_per_s is not None]
         return statistics.median(values) if values else None
 
-    def typical_gbit(self) -> Optional[float]:
+    def typical_gbit(self) -> float | None:
         """The median over nodes of each node's fastest link (either direction).
 
         The plain median fails when one node of three is slow (four of six links are then slow); each
@@ -93,7 +93,7 @@ def round_robin(names: Sequence[str]) -> list[list[tuple[str, str]]]:
     >>> round_robin(["a", "b", "c", "d"])
     [[('a', 'd'), ('b', 'c')], [('a', 'c'), ('d', 'b')], [('a', 'b'), ('c', 'd')]]
     """
-    players: list[Optional[str]] = list(names)
+    players: list[str | None] = list(names)
     if len(players) < 2:
         return []
     if len(players) % 2:
@@ -126,7 +126,7 @@ def slow_latency(mesh: MeshMatrix, limit_ms: float = MAX_LATENCY_MS) -> list[Lin
     return sorted(slow, key=lambda link: -(link.latency_ms or 0.0))
 
 
-def bottleneck(mesh: MeshMatrix, nodes: Optional[Sequence[str]] = None) -> Optional[Link]:
+def bottleneck(mesh: MeshMatrix, nodes: Sequence[str] | None = None) -> Link | None:
     """The slowest measured link among ``nodes`` (default: all).
 
     A ring all-reduce runs at the pace of its slowest hop, and which ring the collective library builds

@@ -20,7 +20,7 @@ Model (sources):
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -28,8 +28,17 @@ from shared.catalog import ModelArch, param_count
 from shared.config import JobConfig
 from shared.estimator import lora_trainable_params
 
-__all__ = ["GRAD_BYTES", "BUCKET_BYTES", "MFU", "Lever", "SyncForecast", "forecast", "ring_allreduce_seconds",
-           "trainable_params", "compute_seconds"]
+__all__ = [
+    "BUCKET_BYTES",
+    "GRAD_BYTES",
+    "MFU",
+    "Lever",
+    "SyncForecast",
+    "compute_seconds",
+    "forecast",
+    "ring_allreduce_seconds",
+    "trainable_params",
+]
 
 GRAD_BYTES = 4
 """Bytes per gradient element in the built-in recipe (fp32 trainable weights)."""
@@ -48,7 +57,7 @@ class Lever(BaseModel):
 
     change: str = Field(description="What to change, as the config key or action.")
     sync_s: float = Field(description="Forecast sync seconds per optimizer step after the change.")
-    share: Optional[float] = Field(None, description="Sync share of the step after the change (when compute is known).")
+    share: float | None = Field(None, description="Sync share of the step after the change (when compute is known).")
     effect: str = Field(description="The effect in words and numbers.")
 
 
@@ -65,10 +74,10 @@ class SyncForecast(BaseModel):
     gbit_per_s: float = Field(description="Bandwidth of the bottleneck link, Gbit/s.")
     latency_ms: float = Field(0.0, description="Connect time on the bottleneck link (≈ one round trip), ms.")
     sync_s: float = Field(description="Forecast seconds of gradient sync per optimizer step.")
-    compute_s: Optional[float] = Field(None, description="Compute seconds per optimizer step (measured or estimated).")
+    compute_s: float | None = Field(None, description="Compute seconds per optimizer step (measured or estimated).")
     compute_source: str = Field("", description="Where compute_s came from.")
-    share: Optional[float] = Field(None, description="sync / (sync + compute): the step share spent waiting on the network.")
-    speedup: Optional[float] = Field(None, description="Tokens/s on all nodes over tokens/s on the fastest single node.")
+    share: float | None = Field(None, description="sync / (sync + compute): the step share spent waiting on the network.")
+    speedup: float | None = Field(None, description="Tokens/s on all nodes over tokens/s on the fastest single node.")
     levers: list[Lever] = Field(default_factory=list, description="Changes that shrink the sync, with numbers.")
 
 
@@ -113,9 +122,9 @@ def forecast(
     gbit_per_s: float,
     latency_ms: float = 0.0,
     link: str = "",
-    compute_s: Optional[float] = None,
+    compute_s: float | None = None,
     compute_source: str = "",
-    without_slowest: Optional[tuple[str, int, float, float]] = None,
+    without_slowest: tuple[str, int, float, float] | None = None,
 ) -> SyncForecast:
     """The forecast for ``job`` on ``ranks`` ranks across ``nodes`` nodes whose slowest link is ``gbit_per_s``.
 
@@ -138,15 +147,15 @@ def forecast(
     return result
 
 
-def _share(sync: float, compute: Optional[float]) -> Optional[float]:
+def _share(sync: float, compute: float | None) -> float | None:
     return sync / (sync + compute) if compute else None
 
 
-def _pct(share: Optional[float]) -> str:
+def _pct(share: float | None) -> str:
     return f"{share * 100:.0f} %" if share is not None else "?"
 
 
-def _levers(arch: ModelArch, job: JobConfig, base: SyncForecast, without_slowest: Optional[tuple[str, int, float, float]]) -> list[Lever]:
+def _levers(arch: ModelArch, job: JobConfig, base: SyncForecast, without_slowest: tuple[str, int, float, float] | None) -> list[Lever]:
     levers = []
     compute = base.compute_s
     if base.sync_s <= 0:

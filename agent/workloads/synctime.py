@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from transformers import TrainerCallback
 
-__all__ = ["SyncTimer", "SyncTimeCallback", "attach", "union_seconds"]
+__all__ = ["SyncTimeCallback", "SyncTimer", "attach", "union_seconds"]
 
 
 def union_seconds(intervals: list[tuple[float, float]]) -> float:
     """Total length of the union of ``(start, end)`` intervals."""
     total = 0.0
-    current: Optional[list[float]] = None
+    current: list[float] | None = None
     for start, end in sorted(intervals):
         if current is None or start > current[1]:
             if current is not None:

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 _RELAYS: dict[str, list[subprocess.Popen]] = {}
 
-__all__ = ["shape_node", "delay_pair", "clear"]
+__all__ = ["clear", "delay_pair", "shape_node"]
 
 
 def _tc(argv: Sequence[str], netns: str | None = None) -> None:
     full = (["ip", "netns", "exec", netns] if netns else []) + ["tc", *argv]
-    done = subprocess.run(full, capture_output=True, text=True, timeout=20)
+    done = subprocess.run(full, capture_output=True, text=True, timeout=20, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(full)} failed: {done.stderr.strip()}")
 
@@ -54,7 +54,7 @@ def delay_pair(src, dst, ms: float) -> subprocess.Popen:
         raise RuntimeError(f"delay relay on {src.name} did not start: {line}{relay.stderr.read() if relay.stderr else ''}")
     _RELAYS.setdefault(src.netns, []).append(relay)
     for argv in (["link", "set", tun, "up"], ["route", "replace", f"{dst.address}/32", "dev", tun, "src", src.address]):
-        done = subprocess.run(src.netns_argv(["ip", *argv]), capture_output=True, text=True, timeout=20)
+        done = subprocess.run(src.netns_argv(["ip", *argv]), capture_output=True, text=True, timeout=20, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"ip {' '.join(argv)} in {src.name} failed: {done.stderr.strip()}")
     return relay
@@ -72,7 +72,7 @@ def clear(nodes) -> None:
         for argv, ns in ((["qdisc", "del", "dev", node.iface, "root"], node.netns),
                          (["qdisc", "del", "dev", node.host_veth, "root"], None)):
             full = (["ip", "netns", "exec", ns] if ns else []) + ["tc", *argv]
-            subprocess.run(full, capture_output=True, timeout=20)
+            subprocess.run(full, capture_output=True, timeout=20, check=False)
         for relay in _RELAYS.pop(node.netns, []):
             relay.kill()  # the TUN device and its route go with the process
             relay.wait(timeout=20)

@@ -10,8 +10,8 @@ import io
 import json
 import statistics
 import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -137,7 +137,7 @@ def _sync_model(tiny_model: Path, target: Path) -> Path:
         "LlamaForCausalLM(cfg).save_pretrained(sys.argv[2])\ntok.save_pretrained(sys.argv[2])\n"
     )
     if not (target / "config.json").is_file():
-        done = subprocess.run([sys.executable, "-c", code, str(tiny_model), str(target)], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, "-c", code, str(tiny_model), str(target)], capture_output=True, text=True, timeout=300, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
     return target
 
@@ -154,21 +154,23 @@ def _measured_sync(run_dir: Path) -> list[tuple[int, float]]:
     return found
 
 
-SYNC_RATES_MBIT = (40, 120)
-"""Two shaping rates three times apart: the forecast must follow the link."""
+SYNC_RATES_MBIT = (25, 75)
+"""Two shaping rates three times apart: the forecast must follow the link. Slow enough that the sync
+(~2.6 and ~0.9 s per step) dwarfs what a loaded 2-core machine adds to it (at 120 Mbit/s, 0.5 s per
+step, the measured/forecast ratio ranged 1.11-1.44 between runs here)."""
 
 
-def test_forecast_follows_the_measured_sync_of_a_full_finetune(cluster, tmp_path, monkeypatch, tiny_assets):
+def test_forecast_follows_the_measured_sync_of_a_full_finetune(cluster, tmp_path, monkeypatch, tiny_assets):  # noqa: F811
     from tui.launch import commands
     from tui.launch.record import latest_run_id
 
     model = _sync_model(tiny_assets["model"], tmp_path / "sync-model")
     runs = tmp_path / "runs"
     monkeypatch.setenv("FTWIZ_RUNS_DIR", str(runs))
-    job = dict(workload="sft", method="full", model=str(model), dataset=str(tiny_assets["dataset"]), seq_len=32,
-               micro_batch_size=1, grad_accum_steps=1, max_steps=7, save_steps=1000, logging_steps=1,
-               learning_rate=1e-4, precision="fp32", optimizer="adamw", gradient_checkpointing=False,
-               output_dir="checkpoints/sync", stall_timeout_s=120, first_step_grace_s=300)
+    job = {"workload": "sft", "method": "full", "model": str(model), "dataset": str(tiny_assets["dataset"]), "seq_len": 32,
+               "micro_batch_size": 1, "grad_accum_steps": 1, "max_steps": 7, "save_steps": 1000, "logging_steps": 1,
+               "learning_rate": 1e-4, "precision": "fp32", "optimizer": "adamw", "gradient_checkpointing": False,
+               "output_dir": "checkpoints/sync", "stall_timeout_s": 120, "first_step_grace_s": 300}
     config = cluster.config(**job)
     table = []
     for mbit in SYNC_RATES_MBIT:

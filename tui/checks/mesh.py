@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Optional
+from typing import Any
 
 from shared import meshplan
 from shared.config import FtwizConfig, NodeConfig
@@ -45,8 +45,8 @@ async def measure_mesh(config: FtwizConfig, client: Any, up: set[str], *, stream
     async def latency(a: str, b: str) -> None:
         target = config.node(b)
         port = config.agent_port(target)
-        best: Optional[float] = None
-        error: Optional[str] = None
+        best: float | None = None
+        error: str | None = None
         for _ in range(CONNECT_TRIES):
             reply = await client.probe_connect(a, target.host, port, connect_timeout_s)
             if not reply.ok:
@@ -118,7 +118,7 @@ def _culprits(mesh: MeshMatrix, slow: list[Link]) -> dict[str, str]:
     slow_set = {(link.src, link.dst) for link in slow}
     found: dict[str, str] = {}
     while True:
-        best: Optional[tuple[int, str, str]] = None
+        best: tuple[int, str, str] | None = None
         for node in mesh.nodes:
             if node in found:
                 continue
@@ -218,6 +218,6 @@ async def mesh_check(ctx: CheckContext) -> list[CheckResult]:
     return mesh_rows(ctx, await mesh_of(ctx))
 
 
-def link_to(mesh: MeshMatrix, node: NodeConfig, master: NodeConfig) -> Optional[Link]:
+def link_to(mesh: MeshMatrix, node: NodeConfig, master: NodeConfig) -> Link | None:
     """``node → master`` from the mesh (what ``net.latency`` and ``net.bandwidth`` report)."""
     return mesh.link(node.name, master.name)

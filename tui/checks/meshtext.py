@@ -12,13 +12,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from shared import meshplan
 from shared.meshplan import MeshMatrix
 from shared.syncplan import SyncForecast
 
-__all__ = ["mesh_json", "sync_json", "mesh_table", "mesh_plain"]
+__all__ = ["mesh_json", "mesh_plain", "mesh_table", "sync_json"]
 
 
 def mesh_json(mesh: MeshMatrix) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def sync_json(forecast: SyncForecast) -> dict[str, Any]:
     return forecast.model_dump(mode="json")
 
 
-def _cell(value: Optional[float], slow: bool) -> str:
+def _cell(value: float | None, slow: bool) -> str:
     if value is None:
         return "—"
     text = f"{value:.2f}" if value < 100 else f"{value:.0f}"

@@ -14,7 +14,7 @@ from typing import Optional
 
 from shared import netplan
 from shared.config import NodeConfig
-from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.checks.base import CheckContext, CheckResult, Status, check, result
 from tui.checks.mesh import mesh_of
 
 MAX_LATENCY_MS = 10.0
@@ -229,9 +229,10 @@ async def bandwidth(ctx: CheckContext) -> list[CheckResult]:
                                f"check the path from {node.name} to {peer}"))
             continue
         gbit = link.gbit_per_s
-        status = "pass" if gbit >= MIN_BANDWIDTH_GBIT else "warn"
+        status: Status = "pass" if gbit >= MIN_BANDWIDTH_GBIT else "warn"
+        seconds = mesh.stream_seconds if mesh is not None else 0.0
         rows.append(result("net.bandwidth", title, status, node.name,
-                           f"{gbit:.2f} Gbit/s to {ctx.master.name} over {mesh.stream_seconds:.1f} s (HTTP stream)",
+                           f"{gbit:.2f} Gbit/s to {ctx.master.name} over {seconds:.1f} s (HTTP stream)",
                            "" if status == "pass" else
                            f"a slow link: check `ethtool <iface>` speed/duplex on {node.name} and {ctx.master.name}; expect long all-reduces"))
     return rows

@@ -9,7 +9,7 @@ slowest GPU's peak (:data:`shared.routing.GPU_SPEEDS`); CPU-only nodes have no e
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from shared import meshplan, syncplan
 from shared.config import FtwizConfig
@@ -32,7 +32,7 @@ def _ranks(config: FtwizConfig, reports: dict[str, NodeReport], names: list[str]
     return total
 
 
-def _compute(config: FtwizConfig, reports: dict[str, NodeReport], arch: Any) -> tuple[Optional[float], str]:
+def _compute(config: FtwizConfig, reports: dict[str, NodeReport], arch: Any) -> tuple[float | None, str]:
     """Compute seconds per optimizer step on the slowest GPU, from its peak; None on CPU-only nodes."""
     from shared import routing
 
@@ -57,7 +57,7 @@ def _culprit(mesh: MeshMatrix, link: meshplan.Link) -> str:
 
 
 def sync_forecast(config: FtwizConfig, reports: dict[str, NodeReport], mesh: MeshMatrix, arch: Any,
-                  *, compute_s: Optional[float] = None, compute_source: str = "") -> Optional[SyncForecast]:
+                  *, compute_s: float | None = None, compute_source: str = "") -> SyncForecast | None:
     """The forecast for ``config.job`` over ``mesh``; None when the mesh has no measured link."""
     names = [n for n in mesh.nodes if n in reports]
     link = meshplan.bottleneck(mesh, names)

@@ -3,8 +3,6 @@ coloured against the cluster's typical link, slow links marked ``!`` and delayed
 
 from __future__ import annotations
 
-from typing import Optional
-
 from rich.text import Text
 from textual.widgets import Static
 
@@ -18,7 +16,7 @@ CELL = 8
 """Characters per cell: ``12.34!~`` and padding."""
 
 
-def _colour(value: Optional[float], typical: Optional[float], palette: Palette) -> str:
+def _colour(value: float | None, typical: float | None, palette: Palette) -> str:
     if value is None or not typical:
         return palette.muted
     ratio = value / typical
@@ -68,7 +66,7 @@ class MeshHeatmap(Static):
     }
     """
 
-    def show(self, mesh: Optional[MeshMatrix], palette: Palette) -> None:
+    def show(self, mesh: MeshMatrix | None, palette: Palette) -> None:
         """Draw ``mesh`` (None hides the widget)."""
         self.display = mesh is not None
         if mesh is not None:
