@@ -41,9 +41,9 @@ class Link(BaseModel):
 
     src: str = Field(description="Node that connected / streamed.")
     dst: str = Field(description="Node that accepted / received.")
-    latency_ms: float | None = Field(None, description="Best TCP connect time of the tries, ms; None when unreachable.")
-    gbit_per_s: float | None = Field(None, description="Throughput of the HTTP stream, Gbit/s; None when the probe failed.")
-    error: str | None = Field(None, description="Why a figure is missing.")
+    latency_ms: float | None = Field(default=None, description="Best TCP connect time of the tries, ms; None when unreachable.")
+    gbit_per_s: float | None = Field(default=None, description="Throughput of the HTTP stream, Gbit/s; None when the probe failed.")
+    error: str | None = Field(default=None, description="Why a figure is missing.")
 
 
 class MeshMatrix(BaseModel):

@@ -156,7 +156,7 @@ def _pct(share: float | None) -> str:
 
 
 def _levers(arch: ModelArch, job: JobConfig, base: SyncForecast, without_slowest: tuple[str, int, float, float] | None) -> list[Lever]:
-    levers = []
+    levers: list[Lever] = []
     compute = base.compute_s
     if base.sync_s <= 0:
         return levers

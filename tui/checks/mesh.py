@@ -20,7 +20,7 @@ from typing import Any
 from shared import meshplan
 from shared.config import FtwizConfig, NodeConfig
 from shared.meshplan import Link, MeshMatrix
-from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.checks.base import CheckContext, CheckResult, Status, check, result
 
 __all__ = ["CONNECT_TRIES", "STREAM_SECONDS", "measure_mesh", "mesh_of", "mesh_rows"]
 
@@ -191,7 +191,7 @@ def mesh_rows(ctx: CheckContext, mesh: MeshMatrix) -> list[CheckResult]:
                + (f"; connect {min(lat):.2f}–{max(lat):.2f} ms" if lat else ""))
     if slow:
         summary += f"; slow: {', '.join(_fmt(l) for l in slow)}"
-    status = "warn" if rows else "pass"
+    status: Status = "warn" if rows else "pass"
     hint = "see the rows below for each slow node or pair" if rows else ""
     return [result(check_id, title, status, None, summary, hint), *rows]
 

@@ -3,7 +3,7 @@ share of the step, and the levers in numbers. Hidden until the checklist has mea
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import Static
@@ -14,7 +14,7 @@ from tui.app.render import Palette
 __all__ = ["SyncPanel", "forecast_for", "render_forecast"]
 
 
-def forecast_for(config: Any, cluster: Any, mesh: Any) -> Optional[SyncForecast]:
+def forecast_for(config: Any, cluster: Any, mesh: Any) -> SyncForecast | None:
     """The forecast for ``config``'s job over ``mesh`` with the reports ``cluster`` holds; None without a mesh."""
     if mesh is None or config.job.workload != "sft" or len(config.nodes) < 2:
         return None
@@ -66,7 +66,7 @@ class SyncPanel(Static):
     def on_mount(self) -> None:
         self.display = False  # until a forecast arrives: the Job step looks as before the mesh
 
-    def show(self, forecast: Optional[SyncForecast], palette: Palette) -> None:
+    def show(self, forecast: SyncForecast | None, palette: Palette) -> None:
         """Draw ``forecast``; None hides the panel."""
         self.display = forecast is not None
         if forecast is not None:
