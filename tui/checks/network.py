@@ -40,7 +40,7 @@ async def interface_plan(ctx: CheckContext) -> netplan.InterfacePlan:
             for node in ctx.config.nodes:
                 if node.name != ctx.master.name and ctx.report(node) is not None:
                     reply = await ctx.connect_to_master(node)
-                    if reply.ok and reply.value.resolved:
+                    if reply.value is not None and reply.value.resolved:
                         address = reply.value.resolved
                         break
         return netplan.resolve_interfaces(ctx.config, ctx.reports, master_address=address)
@@ -91,7 +91,7 @@ async def ifname(ctx: CheckContext) -> list[CheckResult]:
             if issues:
                 rows.extend(_issue_rows("net.ifname", title, issues))
             else:
-                rows.append(result("net.ifname", title, "pass", node.name, f"{spec!r} selects {', '.join(chosen.nccl_matches)}"))
+                rows.append(result("net.ifname", title, "pass", node.name, f"{spec!r} selects {', '.join(chosen.nccl_matches if chosen else [])}"))
         elif chosen and chosen.ifname:
             rows.append(result("net.ifname", title, "pass", node.name, f"auto: NCCL_SOCKET_IFNAME=={chosen.ifname} (exact), GLOO_SOCKET_IFNAME={chosen.ifname}"))
         else:
@@ -163,7 +163,7 @@ async def latency(ctx: CheckContext) -> list[CheckResult]:
                                f"check the route and firewall between {node.name} and {ctx.master.name} (from {node.name}: nc -vz {ctx.master.host} {port})"))
         else:
             ms = link.latency_ms
-            status = "pass" if ms <= MAX_LATENCY_MS else "warn"
+            status: Status = "pass" if ms <= MAX_LATENCY_MS else "warn"
             rows.append(result("net.latency", title, status, node.name, f"TCP connect to {ctx.master.name} in {ms:.2f} ms",
                                "" if status == "pass" else "put the nodes on one LAN segment; collectives over a slow path stall every step"))
     return rows
@@ -186,7 +186,7 @@ async def master_address(ctx: CheckContext) -> list[CheckResult]:
         if ctx.report(node) is None:
             continue
         reply = await ctx.connect_to_master(node)
-        if reply.ok and reply.value.resolved:
+        if reply.value is not None and reply.value.resolved:
             resolved[node.name] = reply.value.resolved
     for name, address in resolved.items():
         if netplan.is_loopback_host(address):

@@ -16,14 +16,18 @@ import threading
 from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
+from tui.doctor.hook import WHY_PREFIX
+from tui.exitcodes import EXIT_FAILED, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
+from tui.launch.prepare import new_run, resume_from
 from tui.launch.progress import format_progress, parse_protocol
 from tui.launch.record import latest_run_id, load_record, runs_dir
 from tui.launch.run import LaunchError, Run, RunOptions
+from tui.launch.status import RunStatus
+from tui.launch.trainer_output import BarCollapser
 
 __all__ = ["HeadlessPrinter", "attach", "launch", "stop"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _err(message: str) -> None:
@@ -44,6 +48,8 @@ class HeadlessPrinter:
         self.show_protocol = show_protocol
         self._lock = threading.Lock()
         self._last_progress = ""
+        self._bars = BarCollapser()  # a tqdm bar prints once, not once per carriage return
+        self._why = ""
 
     def __call__(self, event: Event) -> None:
         with self._lock:
@@ -53,14 +59,15 @@ class HeadlessPrinter:
         if isinstance(event, LogLine):
             obj = parse_protocol(event.text)
             kind = obj.get("ftwiz") if obj is not None else None
-            if kind is not None and not self.show_protocol:
+            if obj is not None and kind is not None and not self.show_protocol:
                 if kind == "started":
                     print(f"{event.prefix} | started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, pid {obj.get('pid')}, {obj.get('backend')})", file=self.out, flush=True)
                 elif kind == "note":
                     print(f"{event.prefix} | note: {obj.get('message')}", file=self.out, flush=True)
                 # error lines repeat on stderr as "ftwiz: error ..."; the rest is summarised as progress
                 return
-            print(f"{event.prefix} | {event.text}", file=self.out, flush=True)
+            for line in self._bars.feed(event.prefix, f"{event.prefix} | {event.text}", event.text):
+                print(line, file=self.out, flush=True)
         elif isinstance(event, ProgressChanged):
             line = format_progress(event.progress)
             if line != self._last_progress and event.progress.updated_at is not None:
@@ -69,10 +76,14 @@ class HeadlessPrinter:
         elif isinstance(event, NodeStateChanged):
             detail = f" ({event.detail})" if event.detail else ""
             print(f"ftwiz: {event.node}: {event.state.value}{detail}", file=self.err, flush=True)
+        elif isinstance(event, RunNote) and event.text.startswith(WHY_PREFIX):
+            self._why = event.text  # the failure doctor's first diagnosis: printed last, after the verdict
         elif isinstance(event, RunNote):
             mark = {"error": "ERROR: ", "warn": "warning: "}.get(event.level, "")
             print(f"ftwiz: {mark}{event.text}", file=self.err, flush=True)
         elif isinstance(event, RunFinished):
+            for line in self._bars.flush():
+                print(line, file=self.out, flush=True)
             self._finished(event)
 
     def _finished(self, event: RunFinished) -> None:
@@ -87,6 +98,8 @@ class HeadlessPrinter:
             print(f"ftwiz: ERROR: {node}: processes survived SIGKILL: {pids}", file=self.err, flush=True)
         if r.unreaped:
             print(f"ftwiz: ERROR: not reaped (unreachable): {', '.join(r.unreaped)}; run `ftwiz --stop {r.run_id}` when they are back", file=self.err, flush=True)
+        if self._why:
+            print(f"ftwiz: {self._why}\nftwiz: all diagnoses: ftwiz --why {r.run_id}", file=self.err, flush=True)
 
 
 @contextlib.contextmanager
@@ -95,7 +108,7 @@ def _signals(run: Run) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {}
+    previous: dict[int, Any] = {}
 
     def stop(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -110,15 +123,15 @@ def _signals(run: Run) -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], Optional[float]]:
     """Run the checklist; print what did not pass.
 
     Returns (may launch, reports per node, unix time until which the master's agent still holds the
-    rendezvous port for the firewall test).
+    rendezvous port for the firewall test, by the master's clock).
     """
     import asyncio
 
@@ -139,9 +152,7 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
         _err(f"{'warning' if force else 'ERROR'}: the checklist could not run: {type(exc).__name__}: {exc}")
         return force, {}, None
     reports = {name: s.report for name, s in checked.statuses.items() if getattr(s, "report", None) is not None}
-    listener = getattr(checked, "rendezvous_listener_until", None)
-    # The master's clock may differ from ours by up to the checklist's skew bound (1 s).
-    until = listener + 1.0 if listener else None
+    until = getattr(checked, "rendezvous_listener_until", None)
     shown = [r for r in checked.results if r.status in ("fail", "warn")]
     for row in shown:
         _err(f"  {row.status.upper()}  {row.id}  {row.node or '-'}  {row.detail}" + (f"\n        fix: {row.hint}" if row.hint else ""))
@@ -212,18 +223,16 @@ def launch(
     refuses the launch unless ``force``.
     """
     options = options or RunOptions()
-    output_dir, resumed_from = None, None
     if resume:
-        base = runs_dir(options.runs_dir)
-        resumed_from = latest_run_id(base)
-        if resumed_from is None:
-            _err(f"ERROR: nothing to resume: no run recorded under {base}/ (run `ftwiz --launch` first, from this directory)")
+        try:
+            source = resume_from(config, options)
+        except LaunchError as exc:
+            _err(f"ERROR: {exc}")
             return EXIT_USAGE
-        output_dir = load_record(base, resumed_from).get("output_dir") or config.job.output_dir
-        _err(f"resuming run {resumed_from}: continuing from the latest checkpoint in {output_dir}")
-    start_not_before = None
+        _err(f"resuming run {source.run_id}: continuing from the latest checkpoint in {source.output_dir}")
+    listener_until = None
     if checklist:
-        allowed, reports, start_not_before = _checklist(config, force)
+        allowed, reports, listener_until = _checklist(config, force)
         if not allowed:
             return EXIT_FAILED
     else:
@@ -231,10 +240,15 @@ def launch(
     if not yes and (not sys.stdin or not sys.stdin.isatty()):
         _err("ERROR: not launching: no terminal to confirm on; pass --yes to launch without asking")
         return EXIT_USAGE
-    run = Run(config, options=options, reports=reports, resume=resume, output_dir=output_dir, resumed_from=resumed_from,
-              start_not_before=start_not_before)
+    try:
+        run, note = new_run(config, options=options, reports=reports, resume=resume, listener_until=listener_until)
+    except LaunchError as exc:
+        _err(f"ERROR: {exc}")
+        return EXIT_USAGE
+    if note:
+        _err(f"warning: {note}")
     if not _confirm(config, run, yes):
-        run.record.update(status="cancelled")
+        run.record.update(status=RunStatus.CANCELLED)
         return EXIT_USAGE
     run.subscribe(printer or HeadlessPrinter())
     with _signals(run):

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from agent.procmatch import RUN_ID_PATTERN
 from shared.config import FtwizConfig, NodeConfig
 
 __all__ = [
@@ -34,18 +35,20 @@ __all__ = [
     "RUN_ID_RE",
     "WORKLOAD_PACKAGE",
     "build_plan",
+    "command_env",
     "make_payload",
     "node_processes",
     "quote_path",
     "rundir_rel",
     "start_script",
     "torchrun_argv",
+    "workload_target",
 ]
 
 #: The package name the workloads are copied under on every node (``<rundir>/ftwiz_workloads``).
 WORKLOAD_PACKAGE = "ftwiz_workloads"
 #: What a run id may look like: it appears in paths, argv and environment, so keep it boring.
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+RUN_ID_RE = re.compile(RUN_ID_PATTERN)  # one rule, shared with the reapers (agent.procmatch)
 #: torchrun prefixes every worker line with this (global rank), see ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 
@@ -154,11 +157,25 @@ def torchrun_argv(
         # with a global-rank prefix, so the controller can name the rank of every line.
         "--tee=3",
         f"--log-dir={rundir_abs}/torchrun",
-        "-m",
-        WORKLOAD_PACKAGE,
-        "--spec",
-        f"{rundir_abs}/job.json",
+        *workload_target(config, rundir_abs),
     ]
+
+
+def workload_target(config: FtwizConfig, rundir_abs: str) -> list[str]:
+    """What torchrun runs on every rank: the built-in workloads, or the user-code runner.
+
+    For ``workload = "command"`` the target is ``ftwiz_workloads.usercode`` (shipped with the
+    workloads): it runs ``[job].command`` in the rank's own process (``runpy``), from the shipped
+    code dir (or the workdir when ``code_dir = ""``), after registering the SIGUSR1 stack dump, so
+    a stall stop shows every rank's stack for user code too.
+    """
+    module = f"{WORKLOAD_PACKAGE}.usercode" if config.job.workload == "command" else WORKLOAD_PACKAGE
+    return ["-m", module, "--spec", f"{rundir_abs}/job.json"]
+
+
+def command_env(config: FtwizConfig) -> dict[str, str]:
+    """``[job].env`` for ``workload = "command"`` (the config refuses keys torchrun or ftwiz set)."""
+    return dict(config.job.env) if config.job.workload == "command" else {}
 
 
 def _endpoint(host: str, port: int) -> str:
@@ -194,6 +211,7 @@ def build_plan(
         env: dict[str, str] = {}
         env.update(network_env.get(node.name, {}))
         env.update(config.nccl.env)  # the user's [nccl] env wins over the plan, as in shared.netplan
+        env.update(command_env(config))
         cores = cpu_cores.get(node.name) or 0
         env.update(
             {
