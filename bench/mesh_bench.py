@@ -25,7 +25,7 @@ def _mesh_seconds(cluster: Cluster) -> tuple[float, int, int]:
                                          options={"bandwidth_seconds": STREAM_SECONDS}))
     mesh = run.mesh
     if mesh is None or any(link.error for link in mesh.links):
-        raise RuntimeError(f"mesh incomplete: {[l.error for l in mesh.links if l.error] if mesh else 'none'}")
+        raise RuntimeError(f"mesh incomplete: {[lk.error for lk in mesh.links if lk.error] if mesh else 'none'}")
     return mesh.seconds, mesh.rounds, len(mesh.links)
 
 

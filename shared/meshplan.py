@@ -81,7 +81,7 @@ class MeshMatrix(BaseModel):
         """
         best = []
         for node in self.nodes:
-            values = [l.gbit_per_s for l in self.links if node in (l.src, l.dst) and l.gbit_per_s is not None]
+            values = [lk.gbit_per_s for lk in self.links if node in (lk.src, lk.dst) and lk.gbit_per_s is not None]
             if values:
                 best.append(max(values))
         return statistics.median(best) if best else None

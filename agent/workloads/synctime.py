@@ -47,7 +47,7 @@ class SyncTimer:
         self._lock = threading.Lock()
         self._intervals: list[tuple[float, float]] = []
 
-    def hook(self, state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects any annotation but its own types
+    def hook(self, state, bucket):  # DDP rejects any annotation but its own types (GradBucket)
         """``register_comm_hook(state, timer.hook)``: the default all-reduce, timed."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

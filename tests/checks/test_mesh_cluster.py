@@ -65,7 +65,7 @@ def test_mesh_names_the_shaped_node_then_the_delayed_pair(cluster):
     shaping.shape_node(node2, 100)
     run = _run(config, ["net.mesh"])
     mesh = run.mesh
-    slow = {(l.src, l.dst) for l in _slow(mesh)}
+    slow = {(lk.src, lk.dst) for lk in _slow(mesh)}
     assert slow == _through("node2", names), mesh.model_dump()
     for src, dst in _through("node2", names):
         assert 0.05 < mesh.link(src, dst).gbit_per_s < 0.11, mesh.link(src, dst)  # 100 Mbit/s tbf, TCP goodput
@@ -88,14 +88,14 @@ def test_mesh_names_the_shaped_node_then_the_delayed_pair(cluster):
     shaping.delay_pair(node0, node1, 20)
     run = _run(config, ["net.mesh"])
     mesh = run.mesh
-    delayed = {(l.src, l.dst): l.latency_ms for l in _delayed(mesh)}
+    delayed = {(lk.src, lk.dst): lk.latency_ms for lk in _delayed(mesh)}
     assert set(delayed) == {("node0", "node1"), ("node1", "node0")}, mesh.model_dump()
     assert all(19 < ms < 60 for ms in delayed.values()), delayed
     rows = [r for r in run.results if r.id == "net.mesh" and "connect" in r.detail and r.node]
     assert len(rows) == 1 and "node0" in rows[0].detail and "node1" in rows[0].detail and "ms" in rows[0].detail
     # node2's links stay slow; the delayed path's own throughput may also drop (the userspace relay that
     # stands in for netem caps it), nothing else may be named.
-    slow = {(l.src, l.dst) for l in _slow(mesh)}
+    slow = {(lk.src, lk.dst) for lk in _slow(mesh)}
     assert _through("node2", names) <= slow <= _through("node2", names) | {("node0", "node1"), ("node1", "node0")}
 
 
@@ -116,8 +116,8 @@ def test_mesh_of_eight_nodes_in_seven_rounds(make_cluster):
     run = _run(cluster.config(workload="allreduce"), ["net.mesh"])
     mesh = run.mesh
     assert mesh.rounds == 7
-    assert len(mesh.links) == 56 and all(l.gbit_per_s and l.latency_ms is not None for l in mesh.links), \
-        [l for l in mesh.links if l.error]
+    assert len(mesh.links) == 56 and all(lk.gbit_per_s and lk.latency_ms is not None for lk in mesh.links), \
+        [lk for lk in mesh.links if lk.error]
     assert not _slow(mesh), mesh.model_dump()
 
 
@@ -178,7 +178,7 @@ def test_forecast_follows_the_measured_sync_of_a_full_finetune(cluster, tmp_path
         shaping.shape_node(cluster.node("node2"), mbit)
         check = _run(config, ["net.sync"], bandwidth_seconds=1.0)
         forecast = check.sync
-        assert forecast is not None, [r for r in check.results]
+        assert forecast is not None, check.results
         assert forecast.trainable_params > 1_400_000 and forecast.ranks == 3
         quiet = commands.HeadlessPrinter(io.StringIO(), io.StringIO())
         code = commands.launch(config, yes=True, detach=False, resume=False, force=False, checklist=False, printer=quiet)
@@ -193,5 +193,5 @@ def test_forecast_follows_the_measured_sync_of_a_full_finetune(cluster, tmp_path
     print("\nrate Mbit/s | mesh Gbit/s | forecast s/step | measured s/step | ratio")
     for mbit, gbit, predicted, measured in table:
         print(f"{mbit:>11} | {gbit:>11.4f} | {predicted:>15.3f} | {measured:>15.3f} | {measured / predicted:.2f}")
-    for mbit, _, predicted, measured in table:
+    for _, _, predicted, measured in table:
         assert 0.7 * predicted <= measured <= 1.3 * predicted, table

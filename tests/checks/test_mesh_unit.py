@@ -42,7 +42,7 @@ def test_one_slow_node_of_three_is_named_although_most_links_are_slow():
     mesh = _mesh({**slow_node, ("node0", "node1"): 1.7, ("node1", "node0"): 4.4})
     assert mesh.median_gbit() < 0.2  # the plain median is a slow link here: it cannot be the yardstick
     assert mesh.typical_gbit() == pytest.approx(4.4)
-    assert {(l.src, l.dst) for l in meshplan.slow_links(mesh)} == set(slow_node)
+    assert {(lk.src, lk.dst) for lk in meshplan.slow_links(mesh)} == set(slow_node)
 
 
 def test_noise_between_healthy_links_is_not_slow():
@@ -52,7 +52,7 @@ def test_noise_between_healthy_links_is_not_slow():
 
 def test_latency_above_ten_ms_is_named_slowest_first():
     mesh = _mesh({}, latency={("node0", "node1"): 20.5, ("node1", "node0"): 21.0})
-    assert [(l.src, l.dst) for l in meshplan.slow_latency(mesh)] == [("node1", "node0"), ("node0", "node1")]
+    assert [(lk.src, lk.dst) for lk in meshplan.slow_latency(mesh)] == [("node1", "node0"), ("node0", "node1")]
 
 
 def test_bottleneck_is_the_slowest_link_among_the_given_nodes():

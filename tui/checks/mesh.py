@@ -122,13 +122,13 @@ def _culprits(mesh: MeshMatrix, slow: list[Link]) -> dict[str, str]:
         for node in mesh.nodes:
             if node in found:
                 continue
-            alive = [l for l in mesh.links if l.gbit_per_s is not None and l.src not in found and l.dst not in found]
-            out = [l for l in alive if l.src == node]
-            into = [l for l in alive if l.dst == node]
-            out_slow = len(out) >= 2 and all((l.src, l.dst) in slow_set for l in out)
-            in_slow = len(into) >= 2 and all((l.src, l.dst) in slow_set for l in into)
+            alive = [lk for lk in mesh.links if lk.gbit_per_s is not None and lk.src not in found and lk.dst not in found]
+            out = [lk for lk in alive if lk.src == node]
+            into = [lk for lk in alive if lk.dst == node]
+            out_slow = len(out) >= 2 and all((lk.src, lk.dst) in slow_set for lk in out)
+            in_slow = len(into) >= 2 and all((lk.src, lk.dst) in slow_set for lk in into)
             if out_slow or in_slow:
-                count = sum(1 for l in out + into if (l.src, l.dst) in slow_set)
+                count = sum(1 for lk in out + into if (lk.src, lk.dst) in slow_set)
                 direction = "both directions" if out_slow and in_slow else "sending" if out_slow else "receiving"
                 if best is None or count > best[0]:
                     best = (count, node, direction)
@@ -148,14 +148,14 @@ def mesh_rows(ctx: CheckContext, mesh: MeshMatrix) -> list[CheckResult]:
     slow = meshplan.slow_links(mesh)
     delayed = meshplan.slow_latency(mesh)
     failed = [link for link in mesh.links if link.error]
-    measured = sorted((l for l in mesh.links if l.gbit_per_s is not None), key=lambda l: l.gbit_per_s or 0.0)
+    measured = sorted((lk for lk in mesh.links if lk.gbit_per_s is not None), key=lambda lk: lk.gbit_per_s or 0.0)
     rows: list[CheckResult] = []
     culprits = _culprits(mesh, slow)
     for node, direction in culprits.items():
         theirs = meshplan.pairs_of(node, slow)
-        others = sorted({l.dst if l.src == node else l.src for l in theirs})
+        others = sorted({lk.dst if lk.src == node else lk.src for lk in theirs})
         rows.append(result(check_id, title, "warn", node,
-                           f"every link {direction} at {node} is slow: {', '.join(_fmt(l) for l in theirs)} Gbit/s "
+                           f"every link {direction} at {node} is slow: {', '.join(_fmt(lk) for lk in theirs)} Gbit/s "
                            f"vs typical {median:.2f} Gbit/s",
                            f"{node}'s own link: it reports {_iface(ctx, node)}, its peers {', '.join(f'{o} {_iface(ctx, o)}' for o in others)}; "
                            f"on {node}: `ethtool <iface>` (speed/duplex), `tc qdisc show`, then the cable and switch port"))
@@ -184,13 +184,13 @@ def mesh_rows(ctx: CheckContext, mesh: MeshMatrix) -> list[CheckResult]:
             continue
         rows.append(result(check_id, title, "warn", link.src, f"{link.src}→{link.dst}: {link.error}",
                            f"check the route and firewall from {link.src} to {link.dst}'s agent port"))
-    lat = [l.latency_ms for l in mesh.links if l.latency_ms is not None]
+    lat = [lk.latency_ms for lk in mesh.links if lk.latency_ms is not None]
     summary = (f"{len(mesh.nodes)} nodes, {len(measured)} links in {mesh.rounds} rounds ({mesh.seconds:.1f} s): "
-               + (f"typical {median:.2f} Gbit/s, slowest {', '.join(_fmt(l) for l in measured[:3])} Gbit/s"
+               + (f"typical {median:.2f} Gbit/s, slowest {', '.join(_fmt(lk) for lk in measured[:3])} Gbit/s"
                   if median is not None else "no bandwidth measured")
                + (f"; connect {min(lat):.2f}–{max(lat):.2f} ms" if lat else ""))
     if slow:
-        summary += f"; slow: {', '.join(_fmt(l) for l in slow)}"
+        summary += f"; slow: {', '.join(_fmt(lk) for lk in slow)}"
     status: Status = "warn" if rows else "pass"
     hint = "see the rows below for each slow node or pair" if rows else ""
     return [result(check_id, title, status, None, summary, hint), *rows]

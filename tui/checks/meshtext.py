@@ -29,8 +29,8 @@ def mesh_json(mesh: MeshMatrix) -> dict[str, Any]:
         "latency_ms": mesh.matrix("latency_ms"),
         "median_gbit_per_s": mesh.median_gbit(),
         "typical_gbit_per_s": mesh.typical_gbit(),
-        "slow": [{"src": l.src, "dst": l.dst, "gbit_per_s": l.gbit_per_s} for l in meshplan.slow_links(mesh)],
-        "delayed": [{"src": l.src, "dst": l.dst, "latency_ms": l.latency_ms} for l in meshplan.slow_latency(mesh)],
+        "slow": [{"src": lk.src, "dst": lk.dst, "gbit_per_s": lk.gbit_per_s} for lk in meshplan.slow_links(mesh)],
+        "delayed": [{"src": lk.src, "dst": lk.dst, "latency_ms": lk.latency_ms} for lk in meshplan.slow_latency(mesh)],
         "links": [link.model_dump(mode="json") for link in mesh.links],
         "rounds": mesh.rounds,
         "seconds": mesh.seconds,
@@ -52,11 +52,11 @@ def _cell(value: float | None, slow: bool) -> str:
 
 def mesh_plain(mesh: MeshMatrix) -> list[str]:
     """The Gbit/s matrix as aligned text lines (sender per row); slow links end in ``!``."""
-    slow = {(l.src, l.dst) for l in meshplan.slow_links(mesh)}
+    slow = {(lk.src, lk.dst) for lk in meshplan.slow_links(mesh)}
     width = max(7, *(len(n) for n in mesh.nodes))
     lines = ["Gbit/s  " + "".join(n.rjust(width + 1) for n in mesh.nodes) + "   (row → column; ! slow)"]
-    for src, row in zip(mesh.nodes, mesh.matrix()):
-        cells = "".join(_cell(v, (src, dst) in slow).rjust(width + 1) for dst, v in zip(mesh.nodes, row))
+    for src, row in zip(mesh.nodes, mesh.matrix(), strict=False):
+        cells = "".join(_cell(v, (src, dst) in slow).rjust(width + 1) for dst, v in zip(mesh.nodes, row, strict=False))
         lines.append(src.ljust(8) + cells)
     return lines
 
@@ -66,8 +66,8 @@ def mesh_table(mesh: MeshMatrix) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    slow = {(l.src, l.dst) for l in meshplan.slow_links(mesh)}
-    delayed = {(l.src, l.dst) for l in meshplan.slow_latency(mesh)}
+    slow = {(lk.src, lk.dst) for lk in meshplan.slow_links(mesh)}
+    delayed = {(lk.src, lk.dst) for lk in meshplan.slow_latency(mesh)}
     table = Table(title=f"mesh: Gbit/s and connect ms, row → column ({mesh.rounds} rounds, {mesh.seconds:.1f} s)",
                   show_header=True, header_style="bold")
     table.add_column("from \\ to", no_wrap=True)

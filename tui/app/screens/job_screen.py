@@ -18,8 +18,8 @@ from tui.app.screens.step_screen import StepScreen
 from tui.app.widgets.common.step_bar import StepBar
 from tui.app.widgets.job.advice_panel import AdvicePanel
 from tui.app.widgets.job.fit_chart import FitChart
-from tui.app.widgets.job.sync_panel import SyncPanel, forecast_for
 from tui.app.widgets.job.job_form import JobForm
+from tui.app.widgets.job.sync_panel import SyncPanel, forecast_for
 
 __all__ = ["JobScreen"]
 

@@ -27,8 +27,8 @@ def _colour(value: float | None, typical: float | None, palette: Palette) -> str
 
 def render_heatmap(mesh: MeshMatrix, palette: Palette) -> Text:
     """The matrix as text cells on coloured backgrounds, with a legend line."""
-    slow = {(l.src, l.dst) for l in meshplan.slow_links(mesh)}
-    delayed = {(l.src, l.dst) for l in meshplan.slow_latency(mesh)}
+    slow = {(lk.src, lk.dst) for lk in meshplan.slow_links(mesh)}
+    delayed = {(lk.src, lk.dst) for lk in meshplan.slow_latency(mesh)}
     typical = mesh.typical_gbit()
     label = max(6, *(len(n) for n in mesh.nodes)) + 1
     text = Text()
@@ -36,9 +36,9 @@ def render_heatmap(mesh: MeshMatrix, palette: Palette) -> Text:
     for name in mesh.nodes:
         text.append(name[: CELL - 2].rjust(CELL - 1) + " ", style="bold")
     text.append("\n")
-    for src, row in zip(mesh.nodes, mesh.matrix()):
+    for src, row in zip(mesh.nodes, mesh.matrix(), strict=False):
         text.append(src.ljust(label), style="bold")
-        for dst, value in zip(mesh.nodes, row):
+        for dst, value in zip(mesh.nodes, row, strict=False):
             if src == dst:
                 text.append("·".center(CELL), style=palette.muted)
                 continue
