@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     actions.add_argument("--launch", action="store_true", help="run the checklist, then launch the job on every node")
     actions.add_argument("--attach", nargs="?", const="", metavar="RUN_ID", help="follow a running job (default: the latest run)")
     actions.add_argument("--stop", metavar="RUN_ID", help="stop every process of a run on every node")
+    actions.add_argument("--export-sbatch", metavar="FILE",
+                         help="write a self-contained sbatch script of the job ([slurm] section) to FILE ('-' for stdout)")
     parser.add_argument("--json", action="store_true", help="with --check: print the results as JSON on stdout")
     parser.add_argument("--no-ssh", action="store_true", help="with --check: skip the SSH logins (and the checks that need them)")
     parser.add_argument("--yes", "-y", action="store_true", help="with --launch: do not ask for confirmation")
@@ -82,6 +84,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         _err(f"config error: {exc}")
         return EXIT_USAGE
+    if args.export_sbatch is not None:
+        from tui.slurm.commands import export_sbatch
+
+        return export_sbatch(loaded.config, args.export_sbatch)
     try:
         with _local_agent(loaded.config):
             if args.check:
