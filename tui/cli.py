@@ -88,6 +88,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from tui.slurm.commands import export_sbatch
 
         return export_sbatch(loaded.config, args.export_sbatch)
+    if loaded.config.cluster.backend == "slurm" and not args.check:
+        # Launching through srun is not built yet: say what works instead of failing on a config without nodes.
+        _err('backend = "slurm": only --check and --export-sbatch FILE work so far; '
+             "submit the job with `ftwiz --export-sbatch job.sbatch && sbatch job.sbatch`")
+        return EXIT_USAGE
     try:
         with _local_agent(loaded.config):
             if args.check:
@@ -138,9 +143,18 @@ def _check(loaded: Any, *, json_output: bool, ssh: bool) -> int:
 
     from tui.checks.engine import run_checklist_full
 
+    if loaded.config.cluster.backend == "slurm":
+        from tui.slurm.commands import check_on_allocation
+
+        return check_on_allocation(loaded, show=lambda shown, run: _show(shown, run, json_output=json_output))
     progress = _Progress(sys.stderr)
     run = asyncio.run(run_checklist_full(loaded.config, progress=progress, ssh=ssh))
     progress.finish(run)
+    return _show(loaded, run, json_output=json_output)
+
+
+def _show(loaded: Any, run: Any, *, json_output: bool) -> int:
+    """Print a checklist run (JSON, table or plain lines) and return the exit code."""
     if json_output:
         import json
 
