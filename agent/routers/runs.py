@@ -14,10 +14,10 @@ from ..state import AgentState
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 
-@router.post("/{run_id}/stop", response_model=RunStopResult, summary="Stop the processes carrying FTWIZ_RUN_ID=run_id")
+@router.post("/{run_id}/stop", response_model=RunStopResult, summary="Stop the processes carrying FTWIZ_RUN_ID=run_id and FTWIZ_NODE=this node")
 async def stop(
     run_id: Annotated[str, Path(pattern=RUN_ID_PATTERN, max_length=64, description="The run id the launcher set.")],
     state: AgentState = Depends(get_state),
 ) -> RunStopResult:
     """SIGTERM to each process group of the run, a grace period, then SIGKILL; reports what is left."""
-    return await asyncio.to_thread(stop_run, run_id, grace_s=state.settings.stop_grace_s)
+    return await asyncio.to_thread(stop_run, run_id, node=state.settings.node_name, grace_s=state.settings.stop_grace_s)
