@@ -87,10 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return export_sbatch(loaded.config, args.export_sbatch)
     if loaded.config.cluster.backend == "slurm" and not args.check:
-        # Launching through srun is not built yet: say what works instead of failing on a config without nodes.
-        _err('backend = "slurm": only --check and --export-sbatch FILE work so far; '
-             "submit the job with `ftwiz --export-sbatch job.sbatch && sbatch job.sbatch`")
-        return EXIT_USAGE
+        return _slurm(args, loaded)
     try:
         with _local_agent(loaded.config):
             if args.check:
@@ -254,6 +251,17 @@ def _delegate(args: argparse.Namespace, loaded: Any) -> int:
     if args.attach is not None:
         return int(commands.attach(loaded.config, args.attach or None))
     return int(commands.stop(loaded.config, args.stop))
+
+
+def _slurm(args: argparse.Namespace, loaded: Any) -> int:
+    """``--launch`` on a Slurm allocation; the rest is not built for Slurm yet (it says what works)."""
+    if args.launch:
+        from tui.slurm.commands import launch_on_allocation
+
+        return launch_on_allocation(loaded, yes=args.yes, detach=args.detach, resume=args.resume, force=args.force)
+    _err('backend = "slurm": --attach, --stop and the wizard are not built for Slurm yet; --check, --launch and '
+         "--export-sbatch FILE work (`scancel JOB` stops a run's job)")
+    return EXIT_USAGE
 
 
 def _app(loaded: Any) -> int:

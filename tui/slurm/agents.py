@@ -129,7 +129,7 @@ class AgentStep:
     def cluster_config(self) -> FtwizConfig:
         """The config of the allocation: one node per allocated node, its agent port, the per-job token."""
         concrete = allocation_config(self.config, self.nodes, [self.addresses.get(n, n) for n in self.nodes],
-                                     agent_ports=self.ports)
+                                     agent_ports=self.ports, per_node_workdir=True)
         concrete.cluster.agent_token_file = str(self.token_file)
         return concrete
 

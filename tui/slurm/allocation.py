@@ -43,10 +43,14 @@ class Allocation:
     time_left: str = ""
 
     @classmethod
-    def submit(cls, config: FtwizConfig, *, job_name: str = "ftwiz") -> Allocation:
-        """``sbatch`` the holding job with the ``[slurm]`` options; returns at once (the job may pend)."""
+    def submit(cls, config: FtwizConfig, *, job_name: str = "ftwiz", output: str = "/dev/null") -> Allocation:
+        """``sbatch`` the holding job with the ``[slurm]`` options; returns at once (the job may pend).
+
+        ``output`` is the batch step's ``--output`` (it prints nothing; never a ``slurm-JOB.out`` in the cwd).
+        """
+        options = [*sbatch_options(config.slurm, job_name=job_name), f"--output={output}"]
         try:
-            job_id = slurmctl.submit(sbatch_options(config.slurm, job_name=job_name), HOLD_SCRIPT)
+            job_id = slurmctl.submit(options, HOLD_SCRIPT)
         except slurmctl.SlurmError as exc:
             raise AllocationError(f"could not submit the allocation: {exc}") from None
         return cls(job_id, config)

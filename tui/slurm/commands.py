@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from shared.config import FtwizConfig
 
-__all__ = ["check_on_allocation", "export_sbatch"]
+__all__ = ["check_on_allocation", "export_sbatch", "launch_on_allocation"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -56,55 +56,98 @@ def export_sbatch(config: FtwizConfig, path: str, *, stderr: TextIO = sys.stderr
 
 
 
-def check_on_allocation(loaded: Any, *, show: Callable[[Any, Any], int], stderr: TextIO = sys.stderr,
-                        ready_timeout_s: float = 180.0) -> int:
+def check_on_allocation(loaded: Any, *, show: Callable[[Any, Any], int], stderr: TextIO = sys.stderr) -> int:
     """``ftwiz --check`` with ``backend = "slurm"``: allocate, start the agents as a step, run the checklist.
 
     ``show(loaded_like, run)`` prints the rows the way ``--check`` does and returns the exit code; it gets the
     allocation's concrete config. The job is cancelled at the end (and on Ctrl-C or any error).
     """
-    import asyncio
     from types import SimpleNamespace
 
-    from tui.checks.engine import run_checklist_full
-    from tui.slurm.agents import AgentStep, AgentStepError, write_token
-    from tui.slurm.allocation import Allocation, AllocationError
-    from tui.slurm.checks import slurm_rows
+    from tui.slurm.agents import AgentStepError
+    from tui.slurm.allocation import AllocationError
+    from tui.slurm.session import allocation_session
 
-    config = loaded.config
-
-    def say(message: str) -> None:
-        print(f"ftwiz: {message}", file=stderr, flush=True)
-
-    workdir_abs = os.path.abspath(os.path.expanduser(config.slurm.workdir))
+    say = _say(stderr)
     try:
-        allocation = Allocation.submit(config, job_name="ftwiz-check")
-    except AllocationError as exc:
-        say(str(exc))
-        return EXIT_FAILED
-    say(f"submitted job {allocation.job_id} ({config.slurm.nodes} node(s)"
-        f"{', partition ' + config.slurm.partition if config.slurm.partition else ''}); waiting for it to run")
-    step: AgentStep | None = None
-    try:
-        allocation.wait_running(say=say)
-        token = write_token(Path(workdir_abs) / ".ftwiz-slurm" / allocation.job_id)
-        step = AgentStep(config, allocation.job_id, allocation.nodes, allocation.addresses,
-                         token_file=token, workdir_abs=workdir_abs).start()
-        step.wait_ready(ready_timeout_s)
-        say(f"agents up as step of job {allocation.job_id}: "
-            + ", ".join(f"{n}:{step.ports[n]}" for n in allocation.nodes))
-        concrete = step.cluster_config()
-        run = asyncio.run(run_checklist_full(concrete, ssh=False, progress=_progress(stderr)))
-        run.results = slurm_rows(allocation, step, run.results)
-        return show(SimpleNamespace(config=concrete, path=loaded.path), run)
+        with allocation_session(loaded.config, say=say, job_name="ftwiz-check") as session:
+            run = _checklist(session, stderr)
+            return show(SimpleNamespace(config=session.config, path=loaded.path), run)
     except (AllocationError, AgentStepError) as exc:
         say(str(exc))
         return EXIT_FAILED
-    finally:
-        if step is not None:
-            step.stop()
-        allocation.cancel()
-        say(f"job {allocation.job_id} cancelled")
+
+
+def launch_on_allocation(loaded: Any, *, yes: bool, detach: bool, resume: bool, force: bool,
+                         stderr: TextIO = sys.stderr, options: Any = None) -> int:
+    """``ftwiz --launch`` with ``backend = "slurm"``: allocate, check, then run the job through job steps.
+
+    The supervisor is the SSH backend's (progress, logs, run.json, stall detection, stop-all); only the node
+    transport differs (:mod:`tui.slurm.link`). The job is cancelled when the run ends, unless
+    ``[slurm] keep_allocation``.
+    """
+    from tui.launch import commands
+    from tui.launch.options import RunOptions
+    from tui.slurm.agents import AgentStepError
+    from tui.slurm.allocation import AllocationError
+    from tui.slurm.link import srun_link_factory
+    from tui.slurm.session import allocation_session
+
+    say = _say(stderr)
+    if detach:
+        say("--detach is not available with backend = \"slurm\" yet: the run's steps end with this ftwiz; "
+            "for a run that outlives it, use `ftwiz --export-sbatch job.sbatch && sbatch job.sbatch`")
+        return EXIT_USAGE
+    config = loaded.config
+    try:
+        with allocation_session(config, say=say, job_name="ftwiz-run", keep=config.slurm.keep_allocation) as session:
+            run = _checklist(session, stderr)
+            for row in run.results:
+                if row.status in ("fail", "warn"):
+                    say(f"  {row.status.upper()}  {row.id}  {row.node or '-'}  {row.detail}"
+                        + (f"\n        fix: {row.hint}" if row.hint else ""))
+            fails = sum(1 for r in run.results if r.status == "fail")
+            if fails and not force:
+                say(f"ERROR: {fails} check(s) failed: not launching. Fix them, or pass --force to launch anyway")
+                return EXIT_FAILED
+            _wait_for_listener(run.rendezvous_listener_until)
+            run_options = options or RunOptions()
+            run_options.link_factory = srun_link_factory(session.allocation.job_id)
+            return int(commands.launch(session.config, yes=yes, detach=False, resume=resume, force=force,
+                                       options=run_options, checklist=False))
+    except (AllocationError, AgentStepError) as exc:
+        say(str(exc))
+        return EXIT_FAILED
+
+
+def _checklist(session: Any, stderr: TextIO) -> Any:
+    """The checklist against the session's agents, with the Slurm rows (:mod:`tui.slurm.checks`)."""
+    import asyncio
+
+    from tui.checks.engine import run_checklist_full
+    from tui.slurm.checks import slurm_rows
+
+    run = asyncio.run(run_checklist_full(session.config, ssh=False, progress=_progress(stderr)))
+    run.results = slurm_rows(session.allocation, session.step, run.results)
+    return run
+
+
+def _wait_for_listener(until: float | None) -> None:
+    """torchrun must not start before the master's agent closed its rendezvous-port test listener."""
+    import time
+
+    from tui.launch.prepare import listener_deadline
+
+    deadline = listener_deadline(until)
+    while deadline is not None and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def _say(stderr: TextIO) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        print(f"ftwiz: {message}", file=stderr, flush=True)
+
+    return say
 
 
 def _progress(stderr: TextIO) -> Callable[[str, int, int], None]:

@@ -41,12 +41,17 @@ class ExportError(ValueError):
 
 
 def allocation_config(config: FtwizConfig, names: list[str], addresses: list[str],
-                      agent_ports: Mapping[str, int] | None = None) -> FtwizConfig:
-    """``config`` with one ``[[nodes]]`` entry per allocated node (first = master), from ``[slurm]``'s values."""
+                      agent_ports: Mapping[str, int] | None = None, *, per_node_workdir: bool = False) -> FtwizConfig:
+    """``config`` with one ``[[nodes]]`` entry per allocated node (first = master), from ``[slurm]``'s values.
+
+    ``per_node_workdir`` gives each node ``<workdir>/<node>``: the launcher's nodes each keep their own run files
+    and checkpoints (as on the SSH backend), so nodes sharing one filesystem never write the same file.
+    """
     slurm = config.slurm
     nodes = [
         NodeConfig.model_validate({"name": name, "host": address, "gpus": slurm.gpus_per_node,
-                                   "python": slurm.python, "workdir": slurm.workdir,
+                                   "python": slurm.python,
+                                   "workdir": f"{slurm.workdir.rstrip('/')}/{name}" if per_node_workdir else slurm.workdir,
                                    "agent_port": (agent_ports or {}).get(name)})
         for name, address in zip(names, addresses, strict=True)
     ]
@@ -76,8 +81,10 @@ def export_script(config: FtwizConfig, run_id: str, *, workdir_abs: str, workloa
                        network_env={name: _network_env(config) for name in names})
     plan = plans[-1]  # a plan for one node; what differs per node becomes shell variables in node_script
     spec = config.job.model_dump(mode="json")
+    # One workdir shared by every node: only the main process writes checkpoints (the recipe's default is
+    # every node's, for nodes without a shared filesystem).
     spec.update(run_id=run_id, workdir=workdir_abs, base_dir=workdir_abs, resume=None,
-                output_dir=output_dir or config.job.output_dir)
+                output_dir=output_dir or config.job.output_dir, save_on_each_node=False)
     files = dict(workloads)
     files["job.json"] = json.dumps(spec, indent=2).encode()
     payload = base64.encodebytes(make_payload(files)).decode()
