@@ -127,3 +127,27 @@ def test_lora_fine_tune_of_the_tiny_model(slurm3: SlurmCluster, tmp_path: Path, 
     # Every node keeps its own checkpoints under its own workdir, as on the SSH backend.
     for node in ("node0", "node1", "node2"):
         assert (slurm3.shared_dir / "work" / node / "checkpoints" / "tiny" / "final").is_dir(), node
+
+
+def test_a_hung_rank_is_a_stall_stop_everywhere(slurm3: SlurmCluster, tmp_path: Path) -> None:
+    job = ('workload = "allreduce"\nsizes_mb = [' + ", ".join(["0.25"] * 2000) + ']\niterations = 20\n'
+           "warmup_iterations = 0\nstall_timeout_s = 15\nfirst_step_grace_s = 120\n")
+    config = write_config(slurm3, tmp_path / "ftwiz.toml", rendezvous_port=29524, job=job)
+    ftwiz = Ftwiz(slurm3, config, tmp_path / "runs")
+    try:
+        assert wait_until(lambda: "".join(ftwiz.out).count("started: rank") == 3 or ftwiz.proc.poll() is not None, 300), \
+            ftwiz.text()
+        run_id = ftwiz.run_id()
+        victim = rank_pid(run_id, 2)
+        assert victim is not None, ftwiz.text()
+        os.kill(victim, signal.SIGSTOP)  # hung, not dead: only the missing progress can tell
+        assert ftwiz.wait(180) == 1, ftwiz.text()
+        assert wait_until(lambda: not run_pids(run_id), 60) is not None, run_pids(run_id)
+    finally:
+        if ftwiz.proc.poll() is None:
+            ftwiz.proc.kill()
+    record = json.loads((tmp_path / "runs" / run_id / "run.json").read_text())
+    assert record["status"] == "failed", record.get("reason")
+    # Found by the node helper's process samples, which travel over the srun transport as over SSH.
+    assert "rank(s) 2 stopped (process state T)" in record["reason"], record["reason"]
+    assert slurm3.wait_job_state(ftwiz.job_id(), {"CANCELLED"}, timeout=30) == "CANCELLED"
