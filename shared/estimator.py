@@ -210,7 +210,7 @@ def layer_activation_bytes_per_token(
         per_norm = 4 * h + (4 * h if full else 0)
     else:
         per_norm = resid * h
-    total = arch.norms_per_layer * per_norm
+    total: float = arch.norms_per_layer * per_norm
 
     names = [lin.name for lin in linear_layers(arch)]
     if full:
@@ -396,6 +396,8 @@ def estimate(
     head_input = (2 * h if amp else (4 * h if fp32 else 0)) if full else 0
     layers = arch.num_hidden_layers
     mask_bytes = b * s * s if padded_batches else 0
+    ckpt: float
+    recompute: float
     if job.gradient_checkpointing:
         ckpt = tokens * (layers * resid * h + final_norm + head_input)
         recompute = tokens * (per_layer + 2 * resid * h) + eager_layer
@@ -428,7 +430,6 @@ def estimate(
     else:
         copies_item = None
 
-    working = max(logits_bytes, recompute)
     phase_a: list[MemoryItem] = list(static)
     if copies_item:
         phase_a.append(copies_item)
@@ -468,16 +469,16 @@ def estimate(
     phase_a_name = "start of backward: activations and the fp32 logits path live"
     phase_b_name = "optimizer step: all gradients and the optimizer's temporaries live"
     if a_total >= b_total:
-        peak, phase, other_phase, other = a_items, phase_a_name, phase_b_name, b_items
+        peak, phase, other_phase, other_items = a_items, phase_a_name, phase_b_name, b_items
     else:
-        peak, phase, other_phase, other = b_items, phase_b_name, phase_a_name, a_items
+        peak, phase, other_phase, other_items = b_items, phase_b_name, phase_a_name, a_items
     if attention == "eager":
         notes.append("eager attention keeps a×s² scores per layer (transformers' default for Gemma-2); SDPA/flash attention would not")
     if job.method == "qlora" and not upcast_non_quantized:
         notes.append("QLoRA: embeddings, LM head and norms counted in bf16; prepare_model_for_kbit_training would upcast them to fp32")
     return Estimate(
         arch=arch, job=job, dp_size=dp_size, sharding=sharding, options=options, params=n_params, trainable_params=trainable,
-        phase=phase, items=peak, other_phase=other_phase, other_items=other, notes=notes,
+        phase=phase, items=peak, other_phase=other_phase, other_items=other_items, notes=notes,
     )
 
 
@@ -510,7 +511,7 @@ TIGHT_HEADROOM = 0.10
 
 def _levers(est: Estimate) -> list[tuple[str, str, JobConfig, dict, str]]:
     job = est.job
-    out = []
+    out: list[tuple[str, str, JobConfig, dict, str]] = []
     if job.method == "full":
         out.append(("lora", "method = \"lora\"", job.model_copy(update={"method": "lora"}), {},
                     "trains small adapters: no gradients, master weights or optimizer states for the base model"))
@@ -570,8 +571,7 @@ def fit(estimate_: Estimate, gpu_free_bytes: int) -> Verdict:
     if status == "fits":
         reason = f"needs {_gib(need)} of {_gib(free)} free ({headroom:.0%} headroom)"
     else:
-        verb = "needs" if status == "tight" else "needs"
-        reason = f"{verb} {_gib(need)} of {_gib(free)} free" + (f" ({headroom:.0%} headroom)" if status == "tight" else "")
+        reason = f"needs {_gib(need)} of {_gib(free)} free" + (f" ({headroom:.0%} headroom)" if status == "tight" else "")
         if lever:
             after = "fits" if lever.new_total_bytes <= free * (1 - TIGHT_HEADROOM) else (
                 "still tight" if lever.new_total_bytes <= free else "still does not fit")

@@ -140,7 +140,8 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     trainer.remove_callback(ProgressCallback)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     final = _save_final(trainer, tokenizer, plan.output_dir, spec.run_id)
-    emit("done", rank=ranks.rank, status="ok", **({"adapter_path": str(final), "step": trainer.state.global_step} if ranks.is_main else {}))
+    where: dict[str, Any] = {"adapter_path": str(final), "step": trainer.state.global_step} if ranks.is_main else {}
+    emit("done", rank=ranks.rank, status="ok", **where)
     if ranks.is_main:
         what = "adapter" if spec["method"] != "full" else "model"
         print(f"ftwiz: trained to step {trainer.state.global_step}; {what} written to {final}", flush=True)
@@ -238,7 +239,10 @@ def _load_model(spec: Spec, plan: Plan, ranks: Ranks):
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     config = LoraConfig(
-        r=int(spec["lora_r"]), lora_alpha=float(spec["lora_alpha"]), lora_dropout=float(spec["lora_dropout"]),
+        r=int(spec["lora_r"]),
+        # peft annotates lora_alpha as int but only divides by it (scaling = alpha / r): a fractional alpha is kept.
+        lora_alpha=float(spec["lora_alpha"]),  # type: ignore[arg-type]
+        lora_dropout=float(spec["lora_dropout"]),
         target_modules=list(spec["target_modules"]), bias="none", task_type="CAUSAL_LM",
     )
     try:
