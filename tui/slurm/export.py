@@ -77,7 +77,7 @@ def export_script(config: FtwizConfig, run_id: str, *, workdir_abs: str, workloa
     names = [PLACEHOLDER_NODE.format(i=i) for i in range(n)]
     addresses = [PLACEHOLDER_ADDR.format(i=i) for i in range(n)]
     concrete = allocation_config(config, names, addresses)
-    plans = build_plan(concrete, run_id, rundirs={name: rundir_abs for name in names},
+    plans = build_plan(concrete, run_id, rundirs=dict.fromkeys(names, rundir_abs),
                        network_env={name: _network_env(config) for name in names})
     plan = plans[-1]  # a plan for one node; what differs per node becomes shell variables in node_script
     spec = config.job.model_dump(mode="json")

@@ -68,7 +68,7 @@ def job_info(job_id: str) -> JobInfo:
     """The job's state, reason and nodes."""
     out = _run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%T|%r|%N|%L"]).strip()
     if out:
-        state, reason, nodelist, left = (out.splitlines()[0].split("|") + ["", "", "", ""])[:4]
+        state, reason, nodelist, left = [*out.splitlines()[0].split("|"), "", "", ""][:4]
         return JobInfo(job_id, state, reason, nodelist, left)
     try:
         fields = dict(f.split("=", 1) for f in _run(["scontrol", "-o", "show", "job", job_id]).split() if "=" in f)
