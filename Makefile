@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
-# System tools the multi-node tests use (sshd in every namespace node, iperf3, nftables, promtool).
+# System tools the multi-node tests use (sshd in every namespace node, iperf3, nftables, promtool, and a
+# Slurm cluster: slurmctld, slurmd, slurm-client, munge; no service starts by itself, the tests start their own).
 # Installed only when running as root and missing; otherwise the tests that need them say so.
 sysdeps:
 	@if [ "$$(id -u)" = 0 ]; then \
@@ -26,6 +27,10 @@ sysdeps:
 	  command -v nft >/dev/null || missing="$$missing nftables"; \
 	  command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	  command -v tmux >/dev/null || missing="$$missing tmux"; \
+	  command -v slurmctld >/dev/null || missing="$$missing slurmctld"; \
+	  command -v slurmd >/dev/null || missing="$$missing slurmd"; \
+	  command -v sbatch >/dev/null || missing="$$missing slurm-client"; \
+	  command -v munged >/dev/null || missing="$$missing munge"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \

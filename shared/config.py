@@ -39,6 +39,7 @@ class ClusterConfig(_Section):
     agent_timeout_s: float = Field(3.0, gt=0, le=60, description="Per-node timeout of an agent request.")
     known_hosts: Optional[str] = Field(None, description="known_hosts file for SSH host keys; default ~/.ssh/known_hosts (and the system file).")
     ssh_config: Optional[str] = Field(None, description="OpenSSH client config to honour; default ~/.ssh/config.")
+    backend: Literal["ssh", "slurm"] = Field("ssh", description='How nodes are reached: "ssh" (the [[nodes]] listed) or "slurm" (allocated per [slurm]).')
 
 
 class NodeConfig(_Section):
@@ -209,17 +210,52 @@ class NcclConfig(_Section):
         return value
 
 
+_SLURM_TIME = re.compile(r"^(UNLIMITED|INFINITE|\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$")
+
+
+class SlurmConfig(_Section):
+    """``[slurm]``: what to allocate when ``[cluster] backend = "slurm"`` (the nodes come from the allocation)."""
+
+    partition: str = Field("", description="Partition to submit to (sbatch --partition); empty: the cluster's default.")
+    nodes: int = Field(1, ge=1, le=4096, description="Nodes to allocate (sbatch --nodes).")
+    gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs per node (sbatch --gpus-per-node, gres); 0 on CPU partitions.")
+    time: str = Field("01:00:00", description="Time limit (sbatch --time): minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.")
+    account: str = Field("", description="Account to charge (sbatch --account); empty: your default.")
+    sbatch_args: list[str] = Field(default_factory=list, description="Anything else, passed through to sbatch as separate arguments.")
+    python: str = Field("python3", description="The training interpreter on the compute nodes.")
+    agent_python: str | None = Field(None, description="Interpreter with ftwiz installed that runs the agent step on every node; default: python.")
+    workdir: str = Field("~/ftwiz", description="Run files and logs; must be on a filesystem every node and this machine share.")
+    keep_allocation: bool = Field(False, description="After a run ends or is stopped, keep the job (allocation) instead of cancelling it.")
+
+    @field_validator("time")
+    @classmethod
+    def _time_ok(cls, value: str) -> str:
+        if not _SLURM_TIME.match(value.strip()):
+            raise ValueError('use a Slurm time: minutes, "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM" or "D-HH:MM:SS"')
+        return value.strip()
+
+    @field_validator("partition", "account")
+    @classmethod
+    def _word_ok(cls, value: str) -> str:
+        if value and not re.match(r"^[A-Za-z0-9_.,-]+$", value):
+            raise ValueError("use letters, digits, '_', '.', ',' or '-'")
+        return value
+
+
 class FtwizConfig(BaseModel):
     """The whole ``ftwiz.toml``."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    nodes: list[NodeConfig] = Field(min_length=1, description="At least one node.")
+    nodes: list[NodeConfig] = Field(default_factory=list, description="At least one node (none with the slurm backend).")
     job: JobConfig = Field(default_factory=JobConfig)
     nccl: NcclConfig = Field(default_factory=NcclConfig)
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "FtwizConfig":
+        if not self.nodes and self.cluster.backend == "ssh":
+            raise ValueError(_NO_NODES)
         names = [n.name for n in self.nodes]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -244,6 +280,9 @@ class FtwizConfig(BaseModel):
     def agent_port(self, node: NodeConfig) -> int:
         """The agent port of ``node``."""
         return node.agent_port or self.cluster.agent_port
+
+
+_NO_NODES = 'required but missing: add a [[nodes]] section per machine (or set [cluster] backend = "slurm")'
 
 
 class ConfigError(Exception):
@@ -338,6 +377,8 @@ def _got(error: Mapping[str, Any]) -> str:
 def _cross_loc(data: dict[str, Any], error: Mapping[str, Any]) -> list[Any]:
     """Where a whole-config check points: the repeated node name, or ``cluster.master``."""
     message = str(error.get("msg", ""))
+    if _NO_NODES in message:
+        return ["nodes"]
     if "cluster.master" in message:
         return ["cluster", "master"]
     if "node names must be unique" in message:

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     actions.add_argument("--launch", action="store_true", help="run the checklist, then launch the job on every node")
     actions.add_argument("--attach", nargs="?", const="", metavar="RUN_ID", help="follow a running job (default: the latest run)")
     actions.add_argument("--stop", metavar="RUN_ID", help="stop every process of a run on every node")
+    actions.add_argument("--export-sbatch", metavar="FILE",
+                         help="write a self-contained sbatch script of the job ([slurm] section) to FILE ('-' for stdout)")
     actions.add_argument("--why", nargs="?", const="", metavar="RUN_ID", help="diagnose why a run failed (default: the latest run)")
     actions.add_argument("--why-log", nargs="+", metavar="FILE", help="diagnose log files (a file named NODE.log is that node's log)")
     parser.add_argument("--json", action="store_true", help="with --check, --why or --why-log: print JSON on stdout")
@@ -99,6 +101,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from tui.launch.codeship import anchor_code_dir
 
         anchor_code_dir(loaded.config.job, loaded.path)  # [job].code_dir is relative to ftwiz.toml, not to the cwd
+    if args.export_sbatch is not None:
+        from tui.slurm.commands import export_sbatch
+
+        return export_sbatch(loaded.config, args.export_sbatch)
+    if loaded.config.cluster.backend == "slurm" and not args.check:
+        return _slurm(args, loaded)
     try:
         with _local_agent(loaded.config):
             if args.check:
@@ -149,9 +157,18 @@ def _check(loaded: Any, *, json_output: bool, ssh: bool) -> int:
 
     from tui.checks.engine import run_checklist_full
 
+    if loaded.config.cluster.backend == "slurm":
+        from tui.slurm.commands import check_on_allocation
+
+        return check_on_allocation(loaded, show=lambda shown, run: _show(shown, run, json_output=json_output))
     progress = _Progress(sys.stderr)
     run = asyncio.run(run_checklist_full(loaded.config, progress=progress, ssh=ssh))
     progress.finish(run)
+    return _show(loaded, run, json_output=json_output)
+
+
+def _show(loaded: Any, run: Any, *, json_output: bool) -> int:
+    """Print a checklist run (JSON, table or plain lines) and return the exit code."""
     if json_output:
         import json
 
@@ -282,6 +299,17 @@ def _delegate(args: argparse.Namespace, loaded: Any) -> int:
     if args.attach is not None:
         return int(commands.attach(loaded.config, args.attach or None))
     return int(commands.stop(loaded.config, args.stop))
+
+
+def _slurm(args: argparse.Namespace, loaded: Any) -> int:
+    """``--launch`` on a Slurm allocation; the rest is not built for Slurm yet (it says what works)."""
+    if args.launch:
+        from tui.slurm.commands import launch_on_allocation
+
+        return launch_on_allocation(loaded, yes=args.yes, detach=args.detach, resume=args.resume, force=args.force)
+    _err('backend = "slurm": --attach, --stop and the wizard are not built for Slurm yet; --check, --launch and '
+         "--export-sbatch FILE work (`scancel JOB` stops a run's job)")
+    return EXIT_USAGE
 
 
 def _app(loaded: Any) -> int:

@@ -215,7 +215,8 @@ class RunCore:
 
     def _new_runner(self, name: str) -> NodeRunner:
         node = next(n for n in self.config.nodes if n.name == name)
-        runner = NodeRunner(node, self.config.cluster, self.run_id, self._outbox, tick_s=self.options.tick_s).start()
+        transport = {"link_factory": self.options.link_factory} if self.options.link_factory is not None else {}
+        runner = NodeRunner(node, self.config.cluster, self.run_id, self._outbox, tick_s=self.options.tick_s, **transport).start()
         self._runners[name] = runner
         return runner
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 __all__ = ["LaunchError", "RunOptions"]
 
@@ -31,6 +31,9 @@ class RunOptions:
     """Log lines kept for the failure report."""
     runs_dir: Optional[Path] = None
     """Where ``runs/<run id>`` goes; default ``$FTWIZ_RUNS_DIR`` or ``./runs``."""
+    link_factory: Optional[Callable[..., Any]] = None
+    """The node transport (``factory(node, cluster, timeout=...) -> NodeLink``); None: SSH, or subprocesses for
+    ``local`` nodes. The Slurm backend passes job steps (:func:`tui.slurm.link.srun_link_factory`)."""
 
 
 class LaunchError(Exception):

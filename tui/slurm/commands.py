@@ -1,0 +1,158 @@
+"""The Slurm backend's entry points for ``tui/cli.py``: ``--export-sbatch`` and ``--check`` on an allocation."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from shared.config import FtwizConfig
+
+__all__ = ["check_on_allocation", "export_sbatch", "launch_on_allocation"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def export_sbatch(config: FtwizConfig, path: str, *, stderr: TextIO = sys.stderr) -> int:
+    """Write the sbatch script of the configured job to ``path`` (``-`` for stdout); returns the exit code.
+
+    The run directory is created under ``[slurm] workdir`` (resolved here: it must be the same path on every
+    node, a shared filesystem), so the script's ``#SBATCH --output`` can be written there.
+    """
+    from tui.launch.record import new_run_id
+    from tui.launch.support import workload_files
+    from tui.slurm.export import ExportError, export_script
+
+    run_id = new_run_id()
+    workdir_abs = os.path.abspath(os.path.expanduser(config.slurm.workdir))
+    try:
+        script = export_script(config, run_id, workdir_abs=workdir_abs, workloads=workload_files())
+    except (ExportError, RuntimeError) as exc:
+        print(f"ftwiz: cannot export the sbatch script: {exc}", file=stderr)
+        return EXIT_USAGE
+    rundir = Path(workdir_abs) / "runs" / run_id
+    try:
+        rundir.mkdir(parents=True, exist_ok=True)
+        if path == "-":
+            sys.stdout.write(script)
+        else:
+            target = Path(path)
+            tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+            tmp.write_text(script)
+            tmp.chmod(0o755)
+            os.replace(tmp, target)
+    except OSError as exc:
+        print(f"ftwiz: cannot write {exc.filename or path}: {exc.strerror or exc}", file=stderr)
+        return EXIT_FAILED
+    where = "stdout" if path == "-" else path
+    print(f"ftwiz: wrote the sbatch script of run {run_id} to {where}; submit it with `sbatch {where}` "
+          f"(logs in {rundir})", file=stderr)
+    return EXIT_OK
+
+
+
+
+def check_on_allocation(loaded: Any, *, show: Callable[[Any, Any], int], stderr: TextIO = sys.stderr) -> int:
+    """``ftwiz --check`` with ``backend = "slurm"``: allocate, start the agents as a step, run the checklist.
+
+    ``show(loaded_like, run)`` prints the rows the way ``--check`` does and returns the exit code; it gets the
+    allocation's concrete config. The job is cancelled at the end (and on Ctrl-C or any error).
+    """
+    from types import SimpleNamespace
+
+    from tui.slurm.agents import AgentStepError
+    from tui.slurm.allocation import AllocationError
+    from tui.slurm.session import allocation_session
+
+    say = _say(stderr)
+    try:
+        with allocation_session(loaded.config, say=say, job_name="ftwiz-check") as session:
+            run = _checklist(session, stderr)
+            return show(SimpleNamespace(config=session.config, path=loaded.path), run)
+    except (AllocationError, AgentStepError) as exc:
+        say(str(exc))
+        return EXIT_FAILED
+
+
+def launch_on_allocation(loaded: Any, *, yes: bool, detach: bool, resume: bool, force: bool,
+                         stderr: TextIO = sys.stderr, options: Any = None) -> int:
+    """``ftwiz --launch`` with ``backend = "slurm"``: allocate, check, then run the job through job steps.
+
+    The supervisor is the SSH backend's (progress, logs, run.json, stall detection, stop-all); only the node
+    transport differs (:mod:`tui.slurm.link`). The job is cancelled when the run ends, unless
+    ``[slurm] keep_allocation``.
+    """
+    from tui.launch import commands
+    from tui.launch.options import RunOptions
+    from tui.slurm.agents import AgentStepError
+    from tui.slurm.allocation import AllocationError
+    from tui.slurm.link import srun_link_factory
+    from tui.slurm.session import allocation_session
+
+    say = _say(stderr)
+    if detach:
+        say("--detach is not available with backend = \"slurm\" yet: the run's steps end with this ftwiz; "
+            "for a run that outlives it, use `ftwiz --export-sbatch job.sbatch && sbatch job.sbatch`")
+        return EXIT_USAGE
+    config = loaded.config
+    try:
+        with allocation_session(config, say=say, job_name="ftwiz-run", keep=config.slurm.keep_allocation) as session:
+            run = _checklist(session, stderr)
+            for row in run.results:
+                if row.status in ("fail", "warn"):
+                    say(f"  {row.status.upper()}  {row.id}  {row.node or '-'}  {row.detail}"
+                        + (f"\n        fix: {row.hint}" if row.hint else ""))
+            fails = sum(1 for r in run.results if r.status == "fail")
+            if fails and not force:
+                say(f"ERROR: {fails} check(s) failed: not launching. Fix them, or pass --force to launch anyway")
+                return EXIT_FAILED
+            _wait_for_listener(run.rendezvous_listener_until)
+            run_options = options or RunOptions()
+            run_options.link_factory = srun_link_factory(session.allocation.job_id)
+            return int(commands.launch(session.config, yes=yes, detach=False, resume=resume, force=force,
+                                       options=run_options, checklist=False))
+    except (AllocationError, AgentStepError) as exc:
+        say(str(exc))
+        return EXIT_FAILED
+
+
+def _checklist(session: Any, stderr: TextIO) -> Any:
+    """The checklist against the session's agents, with the Slurm rows (:mod:`tui.slurm.checks`)."""
+    import asyncio
+
+    from tui.checks.engine import run_checklist_full
+    from tui.slurm.checks import slurm_rows
+
+    run = asyncio.run(run_checklist_full(session.config, ssh=False, progress=_progress(stderr)))
+    run.results = slurm_rows(session.allocation, session.step, run.results)
+    return run
+
+
+def _wait_for_listener(until: float | None) -> None:
+    """torchrun must not start before the master's agent closed its rendezvous-port test listener."""
+    import time
+
+    from tui.launch.prepare import listener_deadline
+
+    deadline = listener_deadline(until)
+    while deadline is not None and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def _say(stderr: TextIO) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        print(f"ftwiz: {message}", file=stderr, flush=True)
+
+    return say
+
+
+def _progress(stderr: TextIO) -> Callable[[str, int, int], None]:
+    def report(label: str, done: int, total: int) -> None:
+        if ":" in label:
+            print(f"ftwiz: {label}", file=stderr, flush=True)
+
+    return report
