@@ -1,4 +1,4 @@
-"""The sft recipe: full, LoRA or QLoRA fine-tuning with the HF Trainer under torchrun (DDP).
+"""The sft recipe: full, LoRA or QLoRA fine-tuning under torchrun: the HF Trainer (DDP), or FSDP2 (``fsdp_train``).
 
 Order matters for failing well: :func:`preflight` checks everything a user can get wrong (method vs.
 hardware, dataset records, model path, output dir) before the process group starts, so a bad input ends
@@ -53,9 +53,6 @@ def preflight(spec: Spec) -> Plan:
     notes: list[str] = []
     if spec["method"] == "qlora" and not cuda:
         raise WorkloadError(QLORA_ON_CPU)
-    if spec["sharding"] == "fsdp":
-        raise WorkloadError('sharding = "fsdp" is not supported by the built-in sft recipe: it trains with DDP; set sharding = "ddp" '
-                            '(or "auto"), and use method = "qlora" or "lora" if the full model does not fit one GPU')
     model, is_local = resolve_model(spec)
     dataset = spec.input_path(spec["dataset"])
     records = read_records(dataset)
@@ -101,19 +98,18 @@ def _precision(wanted: str, cuda: bool, notes: list[str]) -> tuple[bool, bool]:
 
 
 def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
-    """Train; return the exit code. The process group is already up."""
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)  # its CPU-kernel warning is noise to a user
-    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
+    """Train; return the exit code. The process group is already up. ``sharding = "fsdp"`` goes to :mod:`.fsdp_train`."""
+    if spec["sharding"] == "fsdp":
+        from . import fsdp_train
+
+        return fsdp_train.run(spec, ranks, plan)
+    quiet_libraries()
     import torch
-    import transformers
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from .callbacks import ProtocolCallback
 
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     for message in plan.notes:
         if ranks.is_main:
             note(message, rank=ranks.rank)
@@ -145,6 +141,17 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         what = "adapter" if spec["method"] != "full" else "model"
         print(f"ftwiz: trained to step {trainer.state.global_step}; {what} written to {final}", flush=True)
     return 0
+
+
+def quiet_libraries() -> None:
+    """Silence the library chatter a user cannot act on (bitsandbytes' CPU warning, HF progress bars, v6 deprecations)."""
+    import transformers
+
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def _training_arguments(spec: Spec, plan: Plan):
@@ -213,7 +220,9 @@ def _load_model(spec: Spec, plan: Plan, ranks: Ranks):
 
         compute = torch.float16 if plan.fp16 else torch.bfloat16
         kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute,
+            # FSDP shards the packed 4-bit weights as tensors of the compute dtype (the answer.ai/HF FSDP+QLoRA recipe)
+            **({"bnb_4bit_quant_storage": compute} if spec["sharding"] == "fsdp" else {}),
         )
         kwargs["dtype"] = compute
         kwargs["device_map"] = {"": ranks.local_rank}
