@@ -9,9 +9,10 @@ launcher's ``checkpoint`` lines apply unchanged):
   its presence marks the checkpoint complete there.
 
 Nodes keep only what their own ranks wrote. With c10d rendezvous the node ranks follow arrival order, so a
-resumed run can put rank R on a node that never held ``__R_0.distcp``: before loading, :func:`make_reachable`
-sends each missing shard file from a rank that has it (one broadcast per missing file), so a resume works
-whatever the arrival order, without a shared filesystem and without pinning ranks to nodes.
+resumed run can put rank R on a node that never held ``__R_0.distcp`` (and DCP saves each replicated value once,
+in one rank's file, so every rank reads a few files of others). Before loading, :func:`make_reachable` sends each
+file a rank's load plan reads but its node lacks from a rank that has it (one broadcast per missing file), so a
+resume works whatever the rank→node mapping, without a shared filesystem and without pinning ranks to nodes.
 """
 
 from __future__ import annotations
@@ -46,42 +47,50 @@ def save(model, optimizer, directory: Path, state: dict[str, Any], *, rank: int)
     dist.barrier()
 
 
-def load(model, optimizer, directory: Path, *, rank: int, world_size: int) -> dict[str, Any]:
-    """Load the sharded checkpoint in ``directory`` into ``model``/``optimizer``; return its trainer state."""
+def load(model, optimizer, directory: Path, *, rank: int) -> tuple[dict[str, Any], list[str]]:
+    """Load the sharded checkpoint in ``directory`` into ``model``/``optimizer``.
+
+    Returns its trainer state and the files this rank received from other nodes first.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    state = json.loads((directory / STATE).read_text())
-    make_reachable(directory, rank=rank, same_world=state.get("world_size") == world_size)
     model_state, optim_state = get_state_dict(model, optimizer)
     both = {"model": model_state, "optim": optim_state}
+    received = make_reachable(directory, [METADATA, STATE], rank=rank)
+    received += make_reachable(directory, sorted(needed_files(directory, both)), rank=rank)
+    state = json.loads((directory / STATE).read_text())
     dcp.load(both, checkpoint_id=str(directory))
     set_state_dict(model, optimizer, model_state_dict=both["model"], optim_state_dict=both["optim"])
-    return state
+    return state, received
 
 
-def needed_files(directory: Path, *, rank: int, same_world: bool) -> list[str]:
-    """The files rank ``rank`` reads: the index and its own shard (every shard when the world size changed)."""
-    if same_world:
-        return [METADATA, f"__{rank}_0.distcp"]
-    import torch.distributed.checkpoint as dcp
+def needed_files(directory: Path, state_dict: dict[str, Any]) -> set[str]:
+    """The shard files this rank's load plan reads for ``state_dict`` (DCP's own planner over the index).
 
-    reader = dcp.FileSystemReader(str(directory))
-    metadata = reader.read_metadata()
-    return [METADATA, *sorted({info.relative_path for info in metadata.storage_data.values()})]
+    Not just ``__R_0.distcp``: DCP saves a replicated value (e.g. the optimizer's step counts) once, in
+    whichever rank's file it balanced it to, so every rank reads a few other ranks' files too.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    metadata = FileSystemReader(str(directory)).read_metadata()
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner(state_dict, metadata, False)
+    plan = planner.create_local_plan()
+    return {metadata.storage_data[item.storage_index].relative_path for item in plan.items}
 
 
-def make_reachable(directory: Path, *, rank: int, same_world: bool) -> list[str]:
-    """Copy to this node every file of ``directory`` some rank here needs but lacks; return the names received.
+def make_reachable(directory: Path, wanted: list[str], *, rank: int) -> list[str]:
+    """Copy to this node each of ``wanted`` (files of ``directory``) it lacks; return the names received.
 
-    Every rank states what it holds and what it needs; each missing file is broadcast once from the lowest
-    rank that holds it. A file nobody holds is a checkpoint that cannot be resumed: the error says which.
+    Every rank states what it holds and lacks; each missing file is broadcast once from the lowest rank that
+    holds it. A file no node holds is a checkpoint that cannot be resumed: the error says which.
     """
     import torch.distributed as dist
 
     held = sorted(p.name for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
-    needs = [name for name in (needed_files(directory, rank=rank, same_world=same_world) if (directory / METADATA).is_file()
-                               else [METADATA, f"__{rank}_0.distcp"]) if name not in held]
+    needs = [name for name in wanted if name not in held]
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, {"held": held, "needs": needs})
     missing = sorted({name for entry in everyone for name in entry["needs"]})
@@ -89,11 +98,12 @@ def make_reachable(directory: Path, *, rank: int, same_world: bool) -> list[str]
     for name in missing:
         owners = [r for r, entry in enumerate(everyone) if name in entry["held"]]
         if not owners:
-            raise WorkloadError(f"resume: {directory / name} is on no node of this run (nodes keep only their own shards); "
-                                "bring back the node that ran the previous run's ranks, or start without resume")
+            raise WorkloadError(f"resume: {directory / name} is on no node of this run (each node keeps only its own ranks' shards); "
+                                "bring back the nodes of the previous run, or start without resume")
         payload = [(directory / name).read_bytes() if rank == owners[0] else None]
         dist.broadcast_object_list(payload, src=owners[0])
         if name in needs:
+            directory.mkdir(parents=True, exist_ok=True)
             _write_atomic(directory / name, payload[0])
             received.append(name)
     dist.barrier()

@@ -67,7 +67,10 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
     start = 0
     resume_from = sft._resume_checkpoint(spec, plan.output_dir, ranks)
     if resume_from is not None:
-        state = checkpoint.load(model, optimizer, resume_from, rank=ranks.rank, world_size=ranks.world_size)
+        state, received = checkpoint.load(model, optimizer, resume_from, rank=ranks.rank)
+        if received:
+            note(f"resume: rank {ranks.rank} received {', '.join(received)} of {resume_from.name} from another node "
+                 "(this node did not hold that shard)", rank=ranks.rank)
         scheduler.load_state_dict(state["scheduler"])
         start = int(state["step"])
     if ranks.is_main:
