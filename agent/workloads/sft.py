@@ -109,6 +109,7 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from .callbacks import ProtocolCallback
+    from .node_weights import NodeLocalWeights
 
     for message in plan.notes:
         if ranks.is_main:
@@ -130,7 +131,7 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         args=args,
         train_dataset=TokenDataset(examples),
         data_collator=PaddingCollator(tokenizer.pad_token_id),
-        callbacks=[callback],
+        callbacks=[callback, NodeLocalWeights()],
     )
     trainer.remove_callback(PrinterCallback)  # our ProtocolCallback replaces HF's prints and tqdm
     trainer.remove_callback(ProgressCallback)
@@ -322,6 +323,10 @@ def _save_final(trainer, tokenizer, output_dir: Path, run_id: str) -> Path:
         shutil.rmtree(partial, ignore_errors=True)
     trainer.save_model(str(partial))  # gathers/unwraps as needed; writes only on should_save ranks
     if trainer.args.should_save:
+        from .node_weights import has_weights, write_weights
+
+        if not has_weights(partial):  # transformers wrote the full model on global rank 0 only
+            write_weights(trainer.model, partial)
         tokenizer.save_pretrained(str(partial))
         previous = output_dir / f".final.previous-{run_id or os.getpid()}"
         if final.exists():
