@@ -404,4 +404,4 @@ def _finish(case: _Case, items: list[MemoryItem]) -> list[MemoryItem]:
 
 # --------------------------------------------------------------------------- verdict
 # the verdict half lives in shared/fit.py; re-exported here, where callers have always found it
-from shared.fit import TIGHT_HEADROOM, Lever, Verdict, best_lever, fit  # noqa: E402
+from shared.fit import TIGHT_HEADROOM, Lever, Verdict, best_lever, choose_sharding, fit  # noqa: E402

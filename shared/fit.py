@@ -15,7 +15,7 @@ from shared.config import JobConfig
 if TYPE_CHECKING:
     from shared.estimator import Estimate
 
-__all__ = ["Lever", "TIGHT_HEADROOM", "Verdict", "best_lever", "fit"]
+__all__ = ["Lever", "TIGHT_HEADROOM", "Verdict", "best_lever", "choose_sharding", "fit"]
 
 GIB = 1 << 30
 
@@ -121,3 +121,25 @@ def fit(estimate_: Estimate, gpu_free_bytes: int) -> Verdict:
         else:
             reason += "; no single setting lowers it: use a GPU with more memory or more GPUs with FSDP"
     return Verdict(status=status, need_bytes=need, free_bytes=free, headroom=headroom, lever=lever, reason=reason)
+
+
+def choose_sharding(arch, job: JobConfig, *, dp_size: int, free_bytes: list[int]) -> tuple[Literal["ddp", "fsdp"], str]:
+    """The sharding a job runs with, and why: the job's own, or for ``auto`` FSDP exactly when the estimator says
+    DDP does not fit every GPU (``free_bytes``, one per GPU) and FSDP does; otherwise DDP.
+
+    FSDP shards evenly, so the GPU with the least free memory bounds every rank's shard.
+    """
+    from shared.estimator import estimate
+
+    if job.sharding != "auto":
+        return job.sharding, f"sharding = \"{job.sharding}\" in [job]"
+    if dp_size < 2 or not free_bytes:
+        return "ddp", "auto: one GPU (or none known), nothing to shard over"
+    smallest = min(free_bytes)
+    ddp = estimate(arch, job, dp_size=dp_size, sharding="ddp").total_bytes
+    fsdp = estimate(arch, job, dp_size=dp_size, sharding="fsdp").total_bytes
+    if ddp <= smallest:
+        return "ddp", f"auto: ddp fits ({_gib(ddp)} per GPU, smallest GPU has {_gib(smallest)} free)"
+    if fsdp <= smallest:
+        return "fsdp", f"auto: ddp needs {_gib(ddp)} per GPU, more than the smallest GPU's {_gib(smallest)} free; fsdp needs {_gib(fsdp)}"
+    return "ddp", f"auto: neither fits the smallest GPU's {_gib(smallest)} free (ddp {_gib(ddp)}, fsdp {_gib(fsdp)}); see the lever"

@@ -113,11 +113,19 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
     if ranks.is_main:
         emit("note", rank=ranks.rank, message="fsdp: logits of the trained model on a fixed probe", probe_logits=probe)
     final = checkpoint.save_final(model, tokenizer, plan.output_dir, spec.run_id, rank=ranks.rank)
-    emit("done", rank=ranks.rank, status="ok", **({"adapter_path": str(final), "step": total} if ranks.is_main else {}))
+    emit("done", rank=ranks.rank, status="ok", **peak_memory(backend),
+         **({"adapter_path": str(final), "step": total} if ranks.is_main else {}))
     if ranks.is_main:
         what = "adapter" if spec["method"] != "full" else "model"
         print(f"ftwiz: trained to step {total}; {what} written to {final}", flush=True)
     return 0
+
+
+def peak_memory(backend: str) -> dict[str, int]:
+    """``{"peak_allocated_bytes": N}`` on CUDA (``torch.cuda.max_memory_allocated``, what the estimator predicts), else ``{}``."""
+    import torch
+
+    return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated())} if backend == "nccl" else {}
 
 
 def _micro_batches(loader, sampler, *, skip: int) -> Iterator[dict]:

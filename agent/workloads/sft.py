@@ -137,7 +137,10 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     trainer.remove_callback(ProgressCallback)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     final = _save_final(trainer, tokenizer, plan.output_dir, spec.run_id)
-    emit("done", rank=ranks.rank, status="ok", **({"adapter_path": str(final), "step": trainer.state.global_step} if ranks.is_main else {}))
+    from .fsdp_train import peak_memory
+
+    emit("done", rank=ranks.rank, status="ok", **peak_memory("nccl" if plan.cuda else "gloo"),
+         **({"adapter_path": str(final), "step": trainer.state.global_step} if ranks.is_main else {}))
     if ranks.is_main:
         what = "adapter" if spec["method"] != "full" else "model"
         print(f"ftwiz: trained to step {trainer.state.global_step}; {what} written to {final}", flush=True)
