@@ -1,4 +1,5 @@
-"""Stop every process of a run on this node: the ones whose environment holds ``FTWIZ_RUN_ID``.
+"""Stop every process of a run on this node: the ones whose environment holds ``FTWIZ_RUN_ID`` (and
+``FTWIZ_NODE`` naming this node: the same rule as the node helper's, :mod:`agent.procmatch`).
 
 The launcher starts each node's torchrun in its own session, so a matching process normally
 leads a process group made only of the run's processes; the whole group gets the signal. A
@@ -10,22 +11,16 @@ uid or CAP_SYS_PTRACE, which is why the agent runs as the user who runs training
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from agent.procmatch import RUN_ENV, RUN_ID_PATTERN, alive, run_processes, stat_fields
 from shared.models import KilledProcess, RunStopResult
 
 __all__ = ["RUN_ID_PATTERN", "RUN_ENV", "find_run_processes", "stop_run"]
 
-RUN_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
-"""Run ids the agent accepts: they end up in an exact environment match, never in a shell."""
-RUN_ENV = "FTWIZ_RUN_ID"
-"""Environment variable the launcher sets on every process of a run."""
-
-_RUN_ID = re.compile(RUN_ID_PATTERN)
 _POLL_S = 0.05
 
 
@@ -37,29 +32,14 @@ class _Proc:
     cmdline: Optional[str]
 
 
-def find_run_processes(run_id: str, *, proc_root: str = "/proc") -> list[int]:
-    """Pids (other than this agent) whose environment has ``FTWIZ_RUN_ID=<run_id>`` exactly."""
-    if not _RUN_ID.fullmatch(run_id):  # fullmatch: `$` alone would accept a trailing newline
-        raise ValueError(f"run id {run_id!r} does not match {RUN_ID_PATTERN}")
-    needle = f"{RUN_ENV}={run_id}".encode()
-    own = os.getpid()
-    found = []
-    for entry in os.listdir(proc_root):
-        if not entry.isdigit() or int(entry) == own:
-            continue
-        try:
-            with open(os.path.join(proc_root, entry, "environ"), "rb") as environ:
-                variables = environ.read().split(b"\0")
-        except OSError:  # gone, or another user's process
-            continue
-        if needle in variables:
-            found.append(int(entry))
-    return sorted(found)
+def find_run_processes(run_id: str, *, node: Optional[str] = None, proc_root: str = "/proc") -> list[int]:
+    """Pids (other than this agent) of run ``run_id`` (on ``node`` when given: ``FTWIZ_NODE`` must match too)."""
+    return [pid for pid, _env in run_processes(run_id, node, proc_root)]
 
 
-def stop_run(run_id: str, *, grace_s: float = 5.0, kill_wait_s: float = 2.0) -> RunStopResult:
-    """SIGTERM the run's processes (by group where safe), wait ``grace_s``, SIGKILL the rest."""
-    matching = [proc for pid in find_run_processes(run_id) if (proc := _describe(pid)) is not None]
+def stop_run(run_id: str, *, node: Optional[str] = None, grace_s: float = 5.0, kill_wait_s: float = 2.0) -> RunStopResult:
+    """SIGTERM the run's processes on ``node`` (by group where safe), wait ``grace_s``, SIGKILL the rest."""
+    matching = [proc for pid in find_run_processes(run_id, node=node) if (proc := _describe(pid)) is not None]
     if not matching:
         return RunStopResult(run_id=run_id)
     targets = _targets(matching)
@@ -132,9 +112,7 @@ def _wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    """Running and not a zombie (a zombie has exited; only its parent's wait is missing)."""
-    state = _stat_fields(pid)
-    return state is not None and state[0] not in ("Z", "X")
+    return alive(pid)
 
 
 def _describe(pid: int) -> Optional[_Proc]:
@@ -150,14 +128,7 @@ def _describe(pid: int) -> Optional[_Proc]:
 
 
 def _stat_fields(pid: int) -> Optional[list[str]]:
-    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ..."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    # The command name is in parentheses and may itself contain spaces or ')'.
-    return raw[raw.rfind(")") + 2 :].split()
+    return stat_fields(pid)
 
 
 def _comm(pid: int) -> Optional[str]:

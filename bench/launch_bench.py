@@ -215,18 +215,37 @@ def _fault_once(cluster, fault: str, *, supervised: bool, cap: float, network_en
 
     job = {"workload": "allreduce", "sizes_mb": [0.25] * 4000, "iterations": 20, "warmup_iterations": 0,
            "stall_timeout_s": STALL_TIMEOUT_S, "first_step_grace_s": 120}
+    if fault == "sigstop0":
+        del job["first_step_grace_s"]  # the default grace (30 min): the hang must be found without it
     config = cluster.config(**job)
     watched = _Watched(config, runs_dir, supervised=supervised, network_env=network_env)
     run_id = watched.run.run_id
     out: dict[str, Any] = {"fault": fault, "supervised": supervised}
     node2 = cluster.node("node2")
     try:
-        if not watched.start(3):
+        if fault == "sigstop0":
+            # Before the first step: stop rank 1 as soon as its process exists (it is still importing torch).
+            watched.thread.start()
+            victim = None
+            if _wait(lambda: _rank_pid(run_id, 1), 150, 0.01) is not None:
+                victim = _rank_pid(run_id, 1)
+            if victim is None:
+                out["error"] = "rank 1 never started"
+                return out
+            os.kill(victim, signal.SIGSTOP)
+            fault_at = time.monotonic()
+            gone = _wait(lambda: not _pids(run_id), cap)
+            if gone is None:
+                os.kill(victim, signal.SIGCONT)
+        elif not watched.start(3):
             out["error"] = "the run did not start"
             return out
-        time.sleep(1.0)
-        fault_at = time.monotonic()
-        if fault == "sigkill":
+        else:
+            time.sleep(1.0)
+            fault_at = time.monotonic()
+        if fault == "sigstop0":
+            pass
+        elif fault == "sigkill":
             os.kill(_rank_pid(run_id, 1), signal.SIGKILL)
             gone = _wait(lambda: not _pids(run_id), cap)
         elif fault == "sigstop":
@@ -264,7 +283,7 @@ def _fault_once(cluster, fault: str, *, supervised: bool, cap: float, network_en
     return out
 
 
-def fault_rows(*, reps: int, cap: float, faults: tuple[str, ...] = ("sigkill", "sigstop", "link")) -> list[dict]:
+def fault_rows(*, reps: int, cap: float, faults: tuple[str, ...] = ("sigkill", "sigstop", "sigstop0", "link")) -> list[dict]:
     """Fault-to-gone rows, ftwiz against plain torchrun."""
     import asyncio
 
@@ -301,26 +320,29 @@ def _median(values: list[Optional[float]]) -> Optional[float]:
 
 def _fault_summary(fault: str, results: dict, cap: float) -> list[dict]:
     label = {"sigkill": "SIGKILL of one rank", "sigstop": f"SIGSTOP of one rank (stall timeout {STALL_TIMEOUT_S:g} s subtracted)",
+             "sigstop0": f"SIGSTOP of one rank before the first step, default 30 min grace (stall timeout {STALL_TIMEOUT_S:g} s subtracted)",
              "link": "node2 link cut (other nodes' processes)"}[fault]
     ours = [r.get("fault_to_gone_s") for r in results[True]]
     plain = [r.get("fault_to_gone_s") for r in results[False]]
-    if fault == "sigstop":
+    stall = fault in ("sigstop", "sigstop0")
+    if stall:
         ours = [None if v is None else v - STALL_TIMEOUT_S for v in ours]
         plain = [None if v is None else v - STALL_TIMEOUT_S for v in plain]
     value = _median(ours)
     base = _median(plain)
-    base_text: Any = round(base, 3) if base is not None else f">{cap - (STALL_TIMEOUT_S if fault == 'sigstop' else 0):g}"
+    base_text: Any = round(base, 3) if base is not None else f">{cap - (STALL_TIMEOUT_S if stall else 0):g}"
     ratio: Any = None
     if value is not None and base is not None and base > 0:
         ratio = round(value / base, 3)
     elif value is not None:
-        ratio = f"<{value / (cap - (STALL_TIMEOUT_S if fault == 'sigstop' else 0)):.3f}"
+        ratio = f"<{value / (cap - (STALL_TIMEOUT_S if stall else 0)):.3f}"
     rows = [{"measure": f"fault → every process gone: {label}", "value": None if value is None else round(value, 3), "unit": "s",
              "baseline": base_text, "ratio": ratio, "target": "<= 10 after detection; anchor plain torchrun >= 150 for SIGSTOP/link",
              "runs": [None if v is None else round(v, 3) for v in ours], "baseline_runs": [None if v is None else round(v, 3) for v in plain]}]
     after = _median([r.get("detect_to_gone_s") for r in results[True]])
     detect = _median([r.get("detect_s") for r in results[True]])
-    short = {"sigkill": "SIGKILL of one rank", "sigstop": "SIGSTOP of one rank (stall)", "link": "node2 link cut"}[fault]
+    short = {"sigkill": "SIGKILL of one rank", "sigstop": "SIGSTOP of one rank (stall)", "sigstop0": "SIGSTOP before step 1 (hang)",
+             "link": "node2 link cut"}[fault]
     rows.append({"measure": f"detection → every process gone (ftwiz): {short}", "value": None if after is None else round(after, 3),
                  "unit": "s", "target": "<= 10", "detect_s": None if detect is None else round(detect, 3)})
     if fault == "link":
@@ -337,7 +359,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--anchor-cap", type=float, default=60.0)
     parser.add_argument("--only", choices=["fanout", "faults"])
-    parser.add_argument("--faults", default="sigkill,sigstop,link", help="comma-separated subset of sigkill,sigstop,link")
+    parser.add_argument("--faults", default="sigkill,sigstop,sigstop0,link", help="comma-separated subset of sigkill,sigstop,sigstop0,link")
     ns = parser.parse_args()
     if ns.only == "fanout":
         out = fanout_rows([1, 4] if ns.quick else [1, 4, 8, 16], reps=1 if ns.quick else 3)

@@ -14,11 +14,9 @@ import argparse
 import sys
 from typing import Any, Optional, Sequence
 
-__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
+from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
 _DESCRIPTION = """\
 Fine-tuning cluster wizard. Checks a handful of GPU machines before launch (agents, SSH, GPUs, software

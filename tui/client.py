@@ -346,10 +346,13 @@ class AgentClient:
         return await self._call(node, "POST", "/v1/refresh", RefreshResult, timeout=max(self.timeout, 100.0))
 
     async def stop_run(self, node: NodeRef, run_id: str) -> AgentReply[RunStopResult]:
-        """``POST /v1/runs/{run_id}/stop``: signal every process of the run on ``node``."""
+        """``POST /v1/runs/{run_id}/stop?node=NAME``: signal every process of the run that the launcher tagged
+        with ``node``'s configured name (the agent's own ``--node-name`` may differ from it)."""
         from urllib.parse import quote
 
-        return await self._call(node, "POST", f"/v1/runs/{quote(run_id, safe='')}/stop", RunStopResult, timeout=max(self.timeout, 15.0))
+        name = self._node(node).name
+        path = f"/v1/runs/{quote(run_id, safe='')}/stop?node={quote(name, safe='')}"
+        return await self._call(node, "POST", path, RunStopResult, timeout=max(self.timeout, 15.0))
 
     async def stop_run_everywhere(self, run_id: str) -> dict[str, AgentReply[RunStopResult]]:
         """:meth:`stop_run` on every node concurrently."""

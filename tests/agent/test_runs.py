@@ -1,4 +1,4 @@
-"""``POST /v1/runs/{run_id}/stop`` kills exactly the processes that carry the run id."""
+"""``POST /v1/runs/{run_id}/stop`` kills exactly the processes that carry the run id and this node's name."""
 
 from __future__ import annotations
 
@@ -19,10 +19,15 @@ def run_id() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
 
 
-def start(argv: list[str], run: str | None, *, new_session: bool = True) -> subprocess.Popen:
-    env = {key: value for key, value in os.environ.items() if key != "FTWIZ_RUN_ID"}
+NODE = "plain"
+"""The session agent's ``--node-name``: the launcher tags every process of a run with ``FTWIZ_NODE`` too."""
+
+
+def start(argv: list[str], run: str | None, *, new_session: bool = True, node: str = NODE) -> subprocess.Popen:
+    env = {key: value for key, value in os.environ.items() if key not in ("FTWIZ_RUN_ID", "FTWIZ_NODE")}
     if run is not None:
         env["FTWIZ_RUN_ID"] = run
+        env["FTWIZ_NODE"] = node
     return subprocess.Popen(argv, env=env, start_new_session=new_session, stdin=subprocess.DEVNULL)
 
 
@@ -55,15 +60,17 @@ def test_stop_kills_the_run_and_spares_others(client: httpx.Client, processes) -
     target = start(["sleep", "300"], run)
     bystander = start(["sleep", "300"], other)
     unrelated = start(["sleep", "300"], None)
-    processes += [target, bystander, unrelated]
+    other_node = start(["sleep", "300"], run, node="another-node")  # same run, another node sharing this PID space
+    processes += [target, bystander, unrelated, other_node]
     wait_for(lambda: environ_has(target.pid, f"FTWIZ_RUN_ID={run}".encode()), timeout_s=10, what="the sleep to exec")
+    wait_for(lambda: environ_has(other_node.pid, f"FTWIZ_RUN_ID={run}".encode()), timeout_s=10, what="the other node's sleep to exec")
     result = stop(client, run)
     assert result.run_id == run
     assert [(k.pid, k.name, k.signal, k.gone) for k in result.killed] == [(target.pid, "sleep", "SIGTERM", True)]
     assert result.killed[0].cmdline == "sleep 300"
     assert result.remaining == []
     assert target.wait(10) == -15
-    assert bystander.poll() is None and unrelated.poll() is None
+    assert bystander.poll() is None and unrelated.poll() is None and other_node.poll() is None
 
 
 def test_stop_reaches_the_whole_process_group(client: httpx.Client, processes) -> None:

@@ -68,6 +68,35 @@ def test_sigstop_one_rank_is_a_stall_stopped_within_30s_with_stacks(cluster3, tm
     assert "most recent call first" in node_log
 
 
+def test_sigstop_before_the_first_step_is_caught_within_the_stall_window_not_the_grace(cluster3, tmp_path):
+    """A rank stopped before step 1 (the others then block in the rendezvous/first collective) is a
+    hang found by the node's process samples within ``stall_timeout_s``, not after the 30 min grace."""
+    config = long_allreduce(cluster3, stall_timeout_s=20)
+    assert config.job.first_step_grace_s >= 1800  # the default grace, untouched
+    run = make_run(config, tmp_path, options=RunOptions(dump_wait_s=2.0))
+    watched = RunThread(run).start()
+    victim = wait_until(lambda: rank_pid(run.run_id, 1), 120, interval=0.02)
+    assert victim is not None, watched.notes()
+    os.kill(victim, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    assert not run.progress.last_moved, "the rank must be stopped before anyone's first step"
+    try:
+        gone = wait_until(lambda: not run_pids(run.run_id), 120)
+    finally:
+        if run_pids(run.run_id):
+            os.kill(victim, signal.SIGCONT)
+    elapsed = time.monotonic() - stopped_at
+    result = watched.join(60)
+    print(f"SIGSTOP before step 1 -> every process gone in {elapsed:.1f} s (stall_timeout_s 20)")
+    assert gone, f"still running {elapsed:.1f} s after SIGSTOP: {run_pids(run.run_id)}"
+    assert result.status == "failed" and "hang before the first step" in result.reason, result
+    assert "rank(s) 1 stopped" in result.reason, result.reason
+    assert result.failed_rank == 1
+    record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
+    assert record["hang"]["before_first_step"] and record["hang"]["suspects"] == [1]
+    assert record["hang"]["ranks"]["1"]["state"] == "T"
+
+
 def test_cut_link_stops_the_others_and_reaps_the_node_when_it_is_back(cluster3, tmp_path):
     config = long_allreduce(cluster3, gpus=(1, 1, 1), stall_timeout_s=300)
     config.cluster.ssh_keepalive_s = 2.0

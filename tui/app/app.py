@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -302,7 +301,6 @@ class FtwizApp(App[int]):
             return
         run.subscribe(self.run_event)
         self.call_from_thread(self._launch_started, run)
-        self._wait_for_rendezvous_listener()
         try:
             run.launch()
         except LaunchError:
@@ -314,17 +312,6 @@ class FtwizApp(App[int]):
             run.supervise()
         except Exception as exc:  # the run stopped every node already; show why
             self.call_from_thread(self._launch_refused, f"supervisor error: {type(exc).__name__}: {exc}")
-
-    def _wait_for_rendezvous_listener(self) -> None:
-        # The checklist's firewall test leaves the master's agent listening on the rendezvous port
-        # for a few seconds; torchrun could not bind it before then.
-        until = self.checks.listener_until
-        wait = (until + 1.0 - time.time()) if until else 0.0
-        if 0 < wait <= 130:
-            from tui.launch.events import RunNote
-
-            self.run_event(RunNote(f"waiting {wait:.0f} s for the checklist's rendezvous-port listener to close", "info"))
-            time.sleep(wait)
 
     def _launch_started(self, run: Any) -> None:
         self.launch.run = run

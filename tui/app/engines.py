@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tui.app.app import FtwizApp
     from tui.app.cluster_state import ClusterState
 
-__all__ = ["JobPlan", "check_ids", "check_title", "interconnect", "launch_inputs", "new_run", "plan_job", "run_checks"]
+__all__ = ["JobPlan", "check_ids", "check_title", "new_run", "plan_job", "run_checks"]
 
 
 def check_ids(only: Optional[str] = None) -> list[str]:
@@ -89,19 +89,15 @@ def plan_job(config: FtwizConfig, cluster: "ClusterState") -> JobPlan:
         from shared import estimator
     except ImportError:
         return JobPlan(note="The memory estimator (shared/estimator.py) is not in this build.")
-    from tui.checks.gpus import selected_gpus
     from tui.checks.resources import resolve_arch
+    from tui.jobshape import gpu_inventory, world_size
 
     source = resolve_arch(config)
     if source.arch is None:
         return JobPlan(note=f"Unknown model: {source.source}. Use a local directory with config.json, or a catalog id.")
-    inventory, reports = {}, {}
-    for node in config.nodes:
-        view = cluster.nodes.get(node.name)
-        if view is not None and view.report is not None:
-            reports[node.name] = view.report
-            inventory[node.name] = selected_gpus(node, view.report)
-    dp = sum(max(1, len(gpus)) for gpus in inventory.values()) or len(config.nodes)
+    reports = {n.name: view.report for n in config.nodes if (view := cluster.nodes.get(n.name)) is not None and view.report is not None}
+    inventory = gpu_inventory(config, reports)
+    dp = world_size(config, reports)
     try:
         est = estimator.estimate(source.arch, job, dp_size=dp, sharding=None if job.sharding == "auto" else job.sharding)
     except Exception as exc:  # an estimator bug must not take the form down
@@ -154,6 +150,7 @@ def _advice(config: FtwizConfig, inventory: dict[str, list[Any]], arch: Any, rep
     """Routing advice for the job over the GPUs each node will use (each item carries its reason)."""
     try:
         from shared import routing
+        from tui.jobshape import interconnect
     except ImportError:
         return [], "The routing rules (shared/routing.py) are not in this build."
     try:
@@ -162,70 +159,22 @@ def _advice(config: FtwizConfig, inventory: dict[str, list[Any]], arch: Any, rep
         return [], f"routing failed: {type(exc).__name__}: {exc}"
 
 
-def interconnect(config: FtwizConfig, reports: dict[str, Any]) -> Any:
-    """The :class:`shared.routing.Interconnect` the launch would get, from the same interface and IB plans.
-
-    InfiniBand when the IB plan enables it; otherwise the slowest link speed among the interfaces the
-    interface plan picks for each node.
-    """
-    from shared import netplan
-    from shared.routing import Interconnect
-
-    if not reports:
-        return Interconnect()
-    infiniband = not netplan.ib_plan(config, reports).disable
-    speeds = []
-    plan = netplan.resolve_interfaces(config, reports)
-    for name, chosen in plan.nodes.items():
-        nic = next((n for n in reports[name].nics if n.name == chosen.ifname), None) if chosen.ifname else None
-        if nic is not None and nic.speed_mbps:
-            speeds.append(nic.speed_mbps / 1000)
-    return Interconnect(infiniband=infiniband, ethernet_gbps=min(speeds) if speeds and not infiniband else None)
-
-
-def launch_inputs(app: "FtwizApp", config: FtwizConfig) -> tuple[dict[str, Any], Optional[dict[str, dict[str, str]]], Optional[str]]:
-    """What the launcher needs beside the config, as ``ftwiz --launch`` computes it.
-
-    Reports: the ones the checklist ran on (else the poller's latest). The NCCL/gloo interface plan:
-    :func:`shared.netplan.node_env` over those reports. Returns ``(reports, network_env, note)``.
-    """
-    statuses = app.checks.statuses or app.last_statuses
-    reports = {name: s.report for name, s in statuses.items() if getattr(s, "report", None) is not None}
-    if not reports:
-        return reports, None, None
-    try:
-        from shared.netplan import node_env
-
-        return reports, node_env(config, reports), None
-    except Exception as exc:  # same fallback as the headless launch: NCCL picks interfaces itself
-        return reports, None, f"no interface plan ({type(exc).__name__}: {exc}); NCCL/gloo will pick interfaces themselves"
-
-
 def new_run(app: "FtwizApp", config: FtwizConfig, *, resume: bool) -> Any:
-    """A :class:`tui.launch.run.Run` for ``config`` (resume: from the last recorded run's output_dir).
+    """A :class:`tui.launch.run.Run` for ``config``, prepared as ``ftwiz --launch`` prepares it
+    (:func:`tui.launch.prepare.new_run`): the checklist's reports (else the poller's latest), its
+    interface plan, and the checklist's rendezvous-port listener to wait out before torchrun starts.
 
     Raises :class:`tui.launch.run.LaunchError` when there is nothing to resume.
     """
-    from tui.launch.record import latest_run_id, load_record, runs_dir
-    from tui.launch.run import LaunchError, Run, RunOptions
+    from tui.launch.events import RunNote
+    from tui.launch.prepare import new_run as prepare_run
+    from tui.launch.run import RunOptions
 
     options = app.engines.get("run_options") or RunOptions()
-    output_dir, resumed_from = None, None
-    if resume:
-        base = runs_dir(options.runs_dir)
-        resumed_from = latest_run_id(base)
-        if resumed_from is None:
-            raise LaunchError(f"nothing to resume: no run recorded under {base}/ (launch once first, from this directory)")
-        output_dir = load_record(base, resumed_from).get("output_dir") or config.job.output_dir
-    reports, network_env, note = launch_inputs(app, config)
-    run = Run(config, options=options, reports=reports, network_env=network_env, resume=resume, output_dir=output_dir,
-              resumed_from=resumed_from, config_source=str(app.config_path) if app.config_path else None)
+    statuses = app.checks.statuses or app.last_statuses
+    reports = {name: s.report for name, s in statuses.items() if getattr(s, "report", None) is not None}
+    run, note = prepare_run(config, options=options, reports=reports, resume=resume, listener_until=app.checks.listener_until,
+                            config_source=str(app.config_path) if app.config_path else None)
     if note:
-        app.run_event(_note(note))
+        app.run_event(RunNote(note, "warn"))
     return run
-
-
-def _note(text: str) -> Any:
-    from tui.launch.events import RunNote
-
-    return RunNote(text, "warn")

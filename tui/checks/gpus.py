@@ -10,21 +10,14 @@ from __future__ import annotations
 from shared.config import NodeConfig
 from shared.models import GpuInfo, NodeReport
 from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.jobshape import selected_gpus
+
+__all__ = ["selected_gpus"]  # re-exported: the checks and the wizard import it from here too
 
 GIB = 1024**3
 
 # NVML clock-event reasons that mean "slowed down", not "idle" or "set by the admin".
 _HARMFUL_THROTTLE = ("thermal", "power", "hwslowdown", "hw_slowdown", "powerbrake", "power_brake")
-
-
-def selected_gpus(node: NodeConfig, report: NodeReport) -> list[GpuInfo]:
-    """The GPUs the job will use on ``node``: all, the first N, or the listed indices that exist."""
-    if node.gpus == "all":
-        return list(report.gpus)
-    if isinstance(node.gpus, int):
-        return list(report.gpus[: node.gpus])
-    wanted = set(node.gpus)
-    return [g for g in report.gpus if g.index in wanted]
 
 
 def _source(report: NodeReport) -> str:

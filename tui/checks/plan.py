@@ -6,28 +6,13 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from tui.checks.base import CheckContext, CheckResult, check, result
-from tui.checks.gpus import selected_gpus
+from tui.jobshape import gpu_inventory, interconnect, world_size
 
 GIB = 1024**3
 
 
 def _gpu_inventory(ctx: CheckContext) -> dict[str, list[Any]]:
-    return {n.name: selected_gpus(n, r) for n in ctx.config.nodes if (r := ctx.report(n)) is not None}
-
-
-def _interconnect(ctx: CheckContext) -> Any:
-    """Summarise the links for routing: IB when NCCL will use it, else the slowest link speed."""
-    from shared import netplan, routing
-
-    ib = netplan.ib_plan(ctx.config, ctx.reports)
-    plan = netplan.resolve_interfaces(ctx.config, ctx.reports)
-    speeds = []
-    for name, chosen in plan.nodes.items():
-        report = ctx.reports.get(name)
-        nic = next((n for n in report.nics if n.name == chosen.ifname), None) if report else None
-        if nic is not None and nic.speed_mbps:
-            speeds.append(nic.speed_mbps / 1000.0)
-    return routing.Interconnect(infiniband=not ib.disable, ethernet_gbps=min(speeds) if speeds else None)
+    return gpu_inventory(ctx.config, ctx.reports)
 
 
 def _advice(ctx: CheckContext) -> Optional[list[Any]]:
@@ -43,7 +28,7 @@ def _advice(ctx: CheckContext) -> Optional[list[Any]]:
     if any(inventory.values()) and ctx.config.job.workload == "sft":
         arch = resolve_arch(ctx.config).arch
         if arch is not None:
-            advice = routing.advise(inventory, _interconnect(ctx), arch, ctx.config.job)
+            advice = routing.advise(inventory, interconnect(ctx.config, ctx.reports), arch, ctx.config.job)
     ctx.notes[key] = advice
     return advice
 
@@ -65,8 +50,7 @@ def batch(ctx: CheckContext) -> list[CheckResult]:
     item = next((a for a in advice or [] if a.id == "global_batch"), None)
     if item is not None:
         return [_row("plan.batch", title, item)]
-    inventory = _gpu_inventory(ctx)
-    ranks = sum(max(1, len(g)) for g in inventory.values()) or len(ctx.config.nodes)
+    ranks = world_size(ctx.config, ctx.reports)
     return [result("plan.batch", title, "pass", None,
                    f"global batch {job.micro_batch_size * job.grad_accum_steps * ranks} = micro {job.micro_batch_size} × "
                    f"accum {job.grad_accum_steps} × {ranks} rank(s): divisible by construction")]

@@ -16,6 +16,7 @@ from shared.config import FtwizConfig, NodeConfig
 from shared.models import DiskInfo, NodeReport
 from tui.checks.base import CheckContext, CheckResult, check, result
 from tui.checks.gpus import selected_gpus
+from tui.jobshape import world_size
 
 GIB = 1024**3
 MIN_FREE_BYTES = 5 * GIB
@@ -129,14 +130,7 @@ def disk_free(ctx: CheckContext) -> list[CheckResult]:
 
 
 def _world_size(ctx: CheckContext) -> int:
-    total = 0
-    for node in ctx.config.nodes:
-        report = ctx.report(node)
-        if report is not None:
-            total += max(1, len(selected_gpus(node, report)))
-        else:
-            total += node.gpus if isinstance(node.gpus, int) and node.gpus > 0 else (len(node.gpus) if isinstance(node.gpus, list) else 1)
-    return max(1, total)
+    return world_size(ctx.config, ctx.reports)
 
 
 @check("mem.fit", "memory fit per GPU")

@@ -16,14 +16,16 @@ import threading
 from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
+from tui.exitcodes import EXIT_FAILED, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
 from tui.launch.progress import format_progress, parse_protocol
+from tui.launch.prepare import new_run, resume_from
 from tui.launch.record import latest_run_id, load_record, runs_dir
 from tui.launch.run import LaunchError, Run, RunOptions
+from tui.launch.status import RunStatus
 
 __all__ = ["HeadlessPrinter", "attach", "launch", "stop"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _err(message: str) -> None:
@@ -118,7 +120,7 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
     """Run the checklist; print what did not pass.
 
     Returns (may launch, reports per node, unix time until which the master's agent still holds the
-    rendezvous port for the firewall test).
+    rendezvous port for the firewall test, by the master's clock).
     """
     import asyncio
 
@@ -139,9 +141,7 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
         _err(f"{'warning' if force else 'ERROR'}: the checklist could not run: {type(exc).__name__}: {exc}")
         return force, {}, None
     reports = {name: s.report for name, s in checked.statuses.items() if getattr(s, "report", None) is not None}
-    listener = getattr(checked, "rendezvous_listener_until", None)
-    # The master's clock may differ from ours by up to the checklist's skew bound (1 s).
-    until = listener + 1.0 if listener else None
+    until = getattr(checked, "rendezvous_listener_until", None)
     shown = [r for r in checked.results if r.status in ("fail", "warn")]
     for row in shown:
         _err(f"  {row.status.upper()}  {row.id}  {row.node or '-'}  {row.detail}" + (f"\n        fix: {row.hint}" if row.hint else ""))
@@ -212,18 +212,16 @@ def launch(
     refuses the launch unless ``force``.
     """
     options = options or RunOptions()
-    output_dir, resumed_from = None, None
     if resume:
-        base = runs_dir(options.runs_dir)
-        resumed_from = latest_run_id(base)
-        if resumed_from is None:
-            _err(f"ERROR: nothing to resume: no run recorded under {base}/ (run `ftwiz --launch` first, from this directory)")
+        try:
+            source = resume_from(config, options)
+        except LaunchError as exc:
+            _err(f"ERROR: {exc}")
             return EXIT_USAGE
-        output_dir = load_record(base, resumed_from).get("output_dir") or config.job.output_dir
-        _err(f"resuming run {resumed_from}: continuing from the latest checkpoint in {output_dir}")
-    start_not_before = None
+        _err(f"resuming run {source.run_id}: continuing from the latest checkpoint in {source.output_dir}")
+    listener_until = None
     if checklist:
-        allowed, reports, start_not_before = _checklist(config, force)
+        allowed, reports, listener_until = _checklist(config, force)
         if not allowed:
             return EXIT_FAILED
     else:
@@ -231,10 +229,15 @@ def launch(
     if not yes and (not sys.stdin or not sys.stdin.isatty()):
         _err("ERROR: not launching: no terminal to confirm on; pass --yes to launch without asking")
         return EXIT_USAGE
-    run = Run(config, options=options, reports=reports, resume=resume, output_dir=output_dir, resumed_from=resumed_from,
-              start_not_before=start_not_before)
+    try:
+        run, note = new_run(config, options=options, reports=reports, resume=resume, listener_until=listener_until)
+    except LaunchError as exc:
+        _err(f"ERROR: {exc}")
+        return EXIT_USAGE
+    if note:
+        _err(f"warning: {note}")
     if not _confirm(config, run, yes):
-        run.record.update(status="cancelled")
+        run.record.update(status=RunStatus.CANCELLED)
         return EXIT_USAGE
     run.subscribe(printer or HeadlessPrinter())
     with _signals(run):

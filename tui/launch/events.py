@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Callable, Optional, Union
 
 from tui.launch.progress import ProgressSnapshot
+from tui.launch.status import RunStatus
 
 __all__ = [
     "Event",
@@ -90,7 +91,7 @@ class RunResult:
     """How a run ended (also stored in ``run.json``)."""
 
     run_id: str
-    status: str
+    status: RunStatus
     """``succeeded``, ``failed``, ``stopped`` (user), ``detached`` or ``launch_failed``."""
     exit_code: int
     """What the controller exits with: 0 only when the job succeeded (or was detached)."""

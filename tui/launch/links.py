@@ -4,7 +4,7 @@ Both links take *shell command strings* that the caller built from quoted pieces
 (:mod:`tui.launch.plan`), run them through the node's shell, and offer the same three operations:
 :meth:`exec` (run, collect), :meth:`stream` (a long-running command read line by line with a
 timeout, whose stdin the caller may write: that is how the job files travel, see
-:func:`tui.launch.nodeside.cmd_launch`) and :meth:`close`. No SFTP: one exec per node carries the
+:func:`agent.nodeside.cmd_launch`) and :meth:`close`. No SFTP: one exec per node carries the
 upload, the start and the log stream, and works where an sshd has no sftp subsystem.
 A link belongs to the thread that created it; nothing here is shared across threads.
 """

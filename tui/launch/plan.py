@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from agent.procmatch import RUN_ID_PATTERN
 from shared.config import FtwizConfig, NodeConfig
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 #: The package name the workloads are copied under on every node (``<rundir>/ftwiz_workloads``).
 WORKLOAD_PACKAGE = "ftwiz_workloads"
 #: What a run id may look like: it appears in paths, argv and environment, so keep it boring.
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+RUN_ID_RE = re.compile(RUN_ID_PATTERN)  # one rule, shared with the reapers (agent.procmatch)
 #: torchrun prefixes every worker line with this (global rank), see ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 

@@ -1,8 +1,11 @@
 """The controller-side run record: ``runs/<run id>/run.json`` and ``runs/<run id>/<node>.log``.
 
-``run.json`` is rewritten atomically (temp file in the same directory, fsync, rename) at every
-state change, so it is complete whatever stops the controller. The runs directory is ``./runs``
-unless ``FTWIZ_RUNS_DIR`` says otherwise.
+``run.json`` has a schema, :class:`RunRecordModel` (pydantic, with the :class:`RunStatus` enum),
+and is rewritten atomically (temp file in the same directory, fsync, rename) at every state change,
+so it is complete whatever stops the controller. :meth:`RunRecord.create` starts a new record and
+saves it; :meth:`RunRecord.open` reads a stored one and never writes it (a failed ``--attach``
+leaves the record exactly as it was). The runs directory is ``./runs`` unless ``FTWIZ_RUNS_DIR``
+says otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-__all__ = ["RunRecord", "latest_run_id", "new_run_id", "runs_dir", "load_record"]
+from pydantic import BaseModel, ConfigDict, Field
+
+from tui.launch.status import NEVER_RAN, RunStatus
+
+__all__ = ["NodeRecord", "RunRecord", "RunRecordModel", "latest_run_id", "load_record", "new_run_id", "runs_dir"]
 
 
 def runs_dir(override: Optional[os.PathLike[str] | str] = None) -> Path:
@@ -29,8 +36,73 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime()) + "-" + secrets.token_hex(2)
 
 
-#: Records that never ran anything: not "the last run" for --resume or --attach.
-NEVER_RAN = ("cancelled", "launch_failed")
+class NodeRecord(BaseModel):
+    """``run.json``'s ``nodes[<node>]``: what ran there and how it ended."""
+
+    model_config = ConfigDict(extra="allow")
+
+    host: Optional[str] = None
+    state: Optional[str] = None
+    workdir: Optional[str] = None
+    rundir: Optional[str] = None
+    nproc: Optional[int] = None
+    command: Optional[list[str]] = None
+    command_line: Optional[str] = None
+    env: Optional[dict[str, str]] = None
+    cuda_visible_devices: Optional[str] = None
+    node_log: Optional[str] = None
+    pgid: Optional[int] = None
+    exit: Optional[str] = None
+    exit_description: Optional[str] = None
+    ended_at: Optional[float] = None
+    killed: Optional[list[dict[str, Any]]] = None
+    remaining: Optional[list[int]] = None
+    reaped_at: Optional[float] = None
+
+
+class RunRecordModel(BaseModel):
+    """``run.json``. Unknown keys are kept (a newer ftwiz may have written them)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    run_id: str
+    created_at: float = Field(default_factory=time.time)
+    """Unix time the record was created; 0 for a run this machine never launched (never "the latest")."""
+    status: RunStatus = RunStatus.STARTING
+    cluster: Optional[str] = None
+    config: Optional[dict[str, Any]] = None
+    config_source: Optional[str] = None
+    resume: bool = False
+    resumed_from: Optional[str] = None
+    output_dir: Optional[str] = None
+    nodes: dict[str, NodeRecord] = Field(default_factory=dict)
+    notes: list[dict[str, Any]] = Field(default_factory=list)
+    launched_at: Optional[float] = None
+    started_at: Optional[float] = None
+    attached_at: Optional[float] = None
+    fanout_s: Optional[float] = None
+    prepare_s: Optional[float] = None
+    stop_reason: Optional[str] = None
+    stop_requested_at: Optional[float] = None
+    stopped_reachable_s: Optional[float] = None
+    exit_code: Optional[int] = None
+    reason: Optional[str] = None
+    failed: Optional[dict[str, Any]] = None
+    leftovers: dict[str, list[int]] = Field(default_factory=dict)
+    unreaped: list[str] = Field(default_factory=list)
+    ended_at: Optional[float] = None
+    detached_at: Optional[float] = None
+    world_size: Optional[int] = None
+    ranks: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    progress: Optional[dict[str, Any]] = None
+    root_causes: list[dict[str, Any]] = Field(default_factory=list)
+    stalled_ranks: Optional[list[int]] = None
+    stack_dumps_from: Optional[list[int]] = None
+    stack_dump_silent: Optional[list[int]] = None
+    """Ranks sent SIGUSR1 that printed no faulthandler dump (stopped, or hung outside Python)."""
+    stack_dumps_py_spy: Optional[list[int]] = None
+    """Ranks whose stack py-spy read from outside (installed beside the node's training interpreter)."""
+    hang: Optional[dict[str, Any]] = None
 
 
 def latest_run_id(base: Path) -> Optional[str]:
@@ -47,7 +119,7 @@ def latest_run_id(base: Path) -> Optional[str]:
             started = float(data.get("created_at") or 0)
         except (OSError, ValueError, TypeError, AttributeError):
             continue
-        if data.get("status") in NEVER_RAN:
+        if data.get("status") in {s.value for s in NEVER_RAN}:
             continue
         if best is None or (started, child.name) > best:
             best = (started, child.name)
@@ -55,37 +127,81 @@ def latest_run_id(base: Path) -> Optional[str]:
 
 
 def load_record(base: Path, run_id: str) -> dict[str, Any]:
-    """The stored ``run.json`` of ``run_id`` (FileNotFoundError when there is none)."""
-    return json.loads((base / run_id / "run.json").read_text())
+    """The stored ``run.json`` of ``run_id`` as a dict (FileNotFoundError when there is none)."""
+    data = json.loads((base / run_id / "run.json").read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{base / run_id / 'run.json'}: not a JSON object")
+    return data
 
 
 class RunRecord:
     """``run.json`` plus the per-node log files of one run; safe to use from several threads."""
 
-    def __init__(self, base: Path, run_id: str, data: Optional[dict[str, Any]] = None) -> None:
-        self.dir = base / run_id
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def __init__(self, base: Path, model: RunRecordModel) -> None:
+        self.dir = base / model.run_id
         self.path = self.dir / "run.json"
-        self.data: dict[str, Any] = data if data is not None else {"run_id": run_id, "created_at": time.time()}
+        self.model = model
         self._lock = threading.RLock()
         self._logs: dict[str, TextIO] = {}
 
-    def update(self, **fields: Any) -> None:
-        """Set top-level fields and save."""
-        with self._lock:
-            self.data.update(fields)
-            self.save()
+    @classmethod
+    def create(cls, base: Path, run_id: str, **fields: Any) -> "RunRecord":
+        """A new record for ``run_id``, saved at once."""
+        record = cls(base, RunRecordModel(run_id=run_id, **fields))
+        record.dir.mkdir(parents=True, exist_ok=True)
+        record.save()
+        return record
 
-    def update_node(self, node: str, **fields: Any) -> None:
+    @classmethod
+    def open(cls, base: Path, run_id: str) -> "RunRecord":
+        """The stored record of ``run_id``, or an empty one (``created_at = 0``) when there is none. Never writes."""
+        try:
+            model = RunRecordModel.model_validate(load_record(base, run_id))
+        except (OSError, ValueError):
+            # Started from another machine, or a mistyped id: never "the latest run" for --resume/--attach.
+            model = RunRecordModel(run_id=run_id, created_at=0)
+        return cls(base, model)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The record as JSON-ready data (a copy: change it through :meth:`update`)."""
+        with self._lock:
+            return self.model.model_dump(mode="json")
+
+    def node(self, name: str) -> NodeRecord:
+        """``nodes[name]`` (created empty when missing)."""
+        with self._lock:
+            if name not in self.model.nodes:
+                self.model.nodes = {**self.model.nodes, name: NodeRecord()}
+            return self.model.nodes[name]
+
+    def update(self, *, save: bool = True, **fields: Any) -> None:
+        """Set top-level fields (validated) and save."""
+        with self._lock:
+            for key, value in fields.items():
+                setattr(self.model, key, value)
+            if save:
+                self.save()
+
+    def update_node(self, node: str, *, save: bool = True, **fields: Any) -> None:
         """Set fields of ``nodes[node]`` and save."""
         with self._lock:
-            self.data.setdefault("nodes", {}).setdefault(node, {}).update(fields)
-            self.save()
+            merged = self.node(node).model_dump()
+            merged.update(fields)
+            self.model.nodes = {**self.model.nodes, node: NodeRecord.model_validate(merged)}
+            if save:
+                self.save()
+
+    def note(self, text: str, level: str, *, at: Optional[float] = None) -> None:
+        """Keep an operator note (saved with the next save)."""
+        with self._lock:
+            self.model.notes.append({"time": time.time() if at is None else at, "level": level, "text": text})
 
     def save(self) -> None:
         """Write ``run.json`` atomically."""
         with self._lock:
-            text = json.dumps(self.data, indent=2, sort_keys=True, default=str)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(self.model.model_dump(mode="json"), indent=2, sort_keys=True, default=str)
             fd, tmp = tempfile.mkstemp(prefix=".run.json.", dir=self.dir)
             try:
                 with os.fdopen(fd, "w") as fh:
@@ -97,11 +213,21 @@ class RunRecord:
                 Path(tmp).unlink(missing_ok=True)
                 raise
 
+    def reset_log(self, node: str) -> None:
+        """Start ``<node>.log`` afresh (a re-attach replays the node's whole log)."""
+        with self._lock:
+            fh = self._logs.pop(node, None)
+            if fh is not None:
+                fh.close()
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / f"{node}.log").write_text("")
+
     def log(self, node: str, line: str) -> None:
         """Append one line to ``<node>.log`` (line-buffered, so a killed controller loses nothing)."""
         with self._lock:
             fh = self._logs.get(node)
             if fh is None:
+                self.dir.mkdir(parents=True, exist_ok=True)
                 fh = self._logs[node] = open(self.dir / f"{node}.log", "a", buffering=1, encoding="utf-8")
             fh.write(line + "\n")
 

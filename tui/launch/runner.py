@@ -1,11 +1,12 @@
 """One thread per node: it owns that node's link (never shared), runs commands on it in order, and
-reads the node's framed log stream (see :mod:`tui.launch.nodeside`) in between.
+reads the node's framed log stream (see :mod:`agent.nodeside`) in between.
 
 The supervisor talks to a :class:`NodeRunner` only through :meth:`NodeRunner.submit` (a command
 runs on the runner's thread and its result comes back in a :class:`~concurrent.futures.Future`) and
-through the runner's outbox, where it posts ``(kind, node, payload)`` tuples: ``line``, ``pgid``,
-``exit``, ``lost``. ``last_rx`` (monotonic time of the last byte from the node, ticks included) is
-the liveness signal: a cut link shows as a runner whose ``last_rx`` stops moving.
+through the runner's outbox, where it posts typed messages (:mod:`tui.launch.messages`):
+``NodeLine``, ``NodePgid``, ``NodeEnded``, ``NodeLost``, ``RankSamples``. ``last_rx`` (monotonic time
+of the last byte from the node, ticks included) is the liveness signal: a cut link shows as a
+runner whose ``last_rx`` stops moving.
 """
 
 from __future__ import annotations
@@ -20,13 +21,30 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from shared.config import ClusterConfig, NodeConfig
+from tui.launch.messages import NodeEnded, NodeEnding, NodeLine, NodeLost, NodePgid, RankSample, RankSamples, RunnerMessage
 from tui.launch.links import LinkLost, NodeLink, open_link, python_command
 from tui.launch.plan import make_payload, quote_path, rundir_rel
 
-__all__ = ["NodeRunner", "NODESIDE_SOURCE"]
+__all__ = ["NodeRunner", "NODESIDE_SOURCE", "nodeside_source"]
+
+_AGENT_DIR = Path(__file__).resolve().parents[2] / "agent"
+
+
+def nodeside_source() -> str:
+    """The node helper (:mod:`agent.nodeside`) as one standalone script: :mod:`agent.procmatch` inlined."""
+    helper = (_AGENT_DIR / "nodeside.py").read_text()
+    procmatch = (_AGENT_DIR / "procmatch.py").read_text()
+    lines = helper.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# ftwiz:inline agent/procmatch.py"))
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("from agent.procmatch import"):
+        end += 1
+    inlined = [procmatch, "_alive = alive", "_cmdline = cmdline", "procmatch_run_processes = run_processes"]
+    return "\n".join(lines[:start] + inlined + lines[end:]) + "\n"
+
 
 #: The node-side helper, sent as ``python -c`` source (works before the run dir exists).
-NODESIDE_SOURCE = (Path(__file__).with_name("nodeside.py")).read_text()
+NODESIDE_SOURCE = nodeside_source()
 
 
 class NodeRunner:
@@ -37,7 +55,7 @@ class NodeRunner:
         node: NodeConfig,
         cluster: ClusterConfig,
         run_id: str,
-        outbox: "queue.Queue[tuple[str, str, Any]]",
+        outbox: "queue.Queue[RunnerMessage]",
         *,
         tick_s: float = 1.0,
         link_factory: Callable[..., NodeLink] = open_link,
@@ -63,8 +81,8 @@ class NodeRunner:
         #: The node's absolute workdir and run directory, once known.
         self.workdir_abs: Optional[str] = None
         self.rundir_abs: Optional[str] = None
-        #: How torchrun ended on the node: an exit code as text, ``gone`` (signalled) or ``missing``.
-        self.exit: Optional[str] = None
+        #: How torchrun ended on the node (None while it runs).
+        self.ending: Optional[NodeEnding] = None
         #: True while the log stream runs.
         self.following = False
         #: True after the stream broke without an exit record (the node may still run).
@@ -232,7 +250,7 @@ class NodeRunner:
             raise
         self.offset, self.following, self.lost = 0, True, False
         self.last_rx = time.monotonic()
-        self.outbox.put(("pgid", self.name, self.pgid))
+        self.outbox.put(NodePgid(self.name, self.pgid))
         return self.pgid
 
     def locate(self) -> str:
@@ -262,7 +280,7 @@ class NodeRunner:
     def reconnect(self, timeout: Optional[float] = None) -> bool:
         """Open a fresh link and resume following where the last stream stopped (unless the node ended)."""
         self.connect(timeout)
-        if self.exit is None and self.rundir_abs is not None:
+        if self.ending is None and self.rundir_abs is not None:
             self.follow(self.offset)
         return True
 
@@ -276,8 +294,12 @@ class NodeRunner:
         return self._helper("kill", self.run_id, self.name, str(grace), str(self.pgid or ""), self.rundir_abs or f"{self.node.workdir}/{rundir_rel(self.run_id)}", timeout=grace + 20)
 
     def send_signal(self, signame: str) -> dict:
-        """Signal the run's workers on the node (``SIGUSR1`` for stack dumps)."""
+        """Signal the run's workers on the node."""
         return self._helper("signal", self.run_id, self.name, signame, timeout=20)
+
+    def dump_stacks(self) -> dict:
+        """Every worker's stack into the node log (SIGUSR1 where handled, py-spy where installed)."""
+        return self._helper("dump", self.run_id, self.name, self.rundir_abs or f"{self.node.workdir}/{rundir_rel(self.run_id)}", timeout=60)
 
     def processes(self) -> list[dict]:
         """The run's processes still on the node."""
@@ -299,14 +321,14 @@ class NodeRunner:
                 line = self._stream.readline(0.1)
             except EOFError:
                 self._drop_stream()
-                if self.exit is None:
+                if self.ending is None:
                     self.lost = True
-                    self.outbox.put(("lost", self.name, "the log stream ended without an exit record"))
+                    self.outbox.put(NodeLost(self.name, "the log stream ended without an exit record"))
                 return
             except Exception as exc:  # a dying transport can raise anything
                 self._drop_stream()
                 self.lost = True
-                self.outbox.put(("lost", self.name, f"{type(exc).__name__}: {exc}"))
+                self.outbox.put(NodeLost(self.name, f"{type(exc).__name__}: {exc}"))
                 return
             if line is None:
                 continue
@@ -319,19 +341,32 @@ class NodeRunner:
             offset, _, text = rest.partition(" ")
             if offset.isdigit():
                 self.offset = int(offset)
-            self.outbox.put(("line", self.name, text))
+            self.outbox.put(NodeLine(self.name, text))
         elif kind == "T":
             pass
+        elif kind == "S":
+            samples = _samples(rest)
+            if samples is not None:
+                self.outbox.put(RankSamples(self.name, samples))
         elif kind == "P" and rest.strip().isdigit():
             self.pgid = int(rest.strip())
-            self.outbox.put(("pgid", self.name, self.pgid))
-        elif kind not in ("L", "T", "P", "X") and line.strip():
-            # Not a frame: the helper or the shell complained (a traceback, a missing python).
-            self.outbox.put(("line", self.name, f"ftwiz-node-helper: {line}"))
+            self.outbox.put(NodePgid(self.name, self.pgid))
         elif kind == "X":
-            self.exit = rest.strip()
+            self.ending = NodeEnding.parse(rest)
             self._drop_stream()
-            self.outbox.put(("exit", self.name, self.exit))
+            self.outbox.put(NodeEnded(self.name, self.ending))
+        elif line.strip():
+            # Not a frame: the helper or the shell complained (a traceback, a missing python).
+            self.outbox.put(NodeLine(self.name, f"ftwiz-node-helper: {line}"))
+
+
+def _samples(text: str) -> Optional[tuple[RankSample, ...]]:
+    """An ``S`` frame's JSON rows as samples (None when garbled: a sample is never worth a crash)."""
+    try:
+        rows = json.loads(text)
+        return tuple(RankSample(int(r["rank"]), int(r["pid"]), str(r["state"]), int(r["cpu"]), int(r["io"])) for r in rows)
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _said(lines: list[str]) -> str:

@@ -13,7 +13,8 @@ works on a node before, during and after a run, with nothing installed. Commands
     seconds (the controller's liveness signal: a cut link shows as missing ticks), and finally
     ``X <exit code>`` when torchrun ended by itself, ``X stopped`` when an ftwiz stop ended it
     (``<node>.stopped`` is there), or ``X gone`` when its process group vanished without an exit
-    code (signalled by someone else).
+    code (signalled by someone else). Every tick it also samples the run's workers on the node:
+    ``S [{"rank", "pid", "state", "cpu", "io"}, ...]`` (see :func:`agent.procmatch.worker_samples`).
 ``kill RUN_ID NODE GRACE [PGID [RUNDIR]]``
     SIGTERM (then SIGCONT, so a stopped process can act on it) to the process group and to every
     process whose environment carries ``FTWIZ_RUN_ID=RUN_ID`` and ``FTWIZ_NODE=NODE``; after
@@ -24,65 +25,35 @@ works on a node before, during and after a run, with nothing installed. Commands
 ``signal RUN_ID NODE SIGNAME``
     Send a signal to the run's workers on this node (processes with ``RANK`` in their
     environment); print JSON ``{"signalled": [{"pid", "rank"}]}``.
+``dump RUN_ID NODE [RUNDIR]``
+    Dump every worker's Python stack into the node log (SIGUSR1 where a handler is registered,
+    py-spy when installed); print JSON ``{"signalled": [...], "py_spy": [...], "no_dump": [...]}``.
 ``ps RUN_ID NODE``
     Print JSON ``{"processes": [{"pid", "cmdline", "rank"}]}`` of the run's processes on this node.
 """
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
 
-
-def _environ(pid):
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    env = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
-
-
-def _cmdline(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
-    except OSError:
-        return ""
-
-
-def _alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+# ftwiz:inline agent/procmatch.py (the controller sends this file with that module's text in place of the import)
+from agent.procmatch import alive as _alive  # noqa: E402
+from agent.procmatch import cmdline as _cmdline
+from agent.procmatch import is_worker, proc_environ, worker_samples
+from agent.procmatch import run_processes as procmatch_run_processes
 
 
 def run_processes(run_id, node):
     """Processes on this node that carry the run's tag (pid, env)."""
-    found = []
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        pid = int(entry)
-        env = _environ(pid)
-        if env and env.get("FTWIZ_RUN_ID") == run_id and env.get("FTWIZ_NODE") == node and _alive(pid):
-            found.append((pid, env))
-    return found
+    return procmatch_run_processes(run_id, node)
 
 
 def _is_worker(pid):
-    env = _environ(pid)
-    return bool(env) and "RANK" in env and "LOCAL_RANK" in env
+    return is_worker(proc_environ(pid))
 
 
 def _group_pids(pgid):
@@ -175,6 +146,62 @@ def cmd_signal(run_id, node, signame):
     return 0
 
 
+def _catches(pid, signum):
+    """True when ``pid`` has a handler for ``signum`` (``SigCgt`` in /proc/<pid>/status)."""
+    try:
+        with open("/proc/%d/status" % pid) as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _py_spy():
+    """The py-spy binary beside the training interpreter or on PATH, or None."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+
+
+def cmd_dump(run_id, node, rundir=None):
+    """Dump every worker's Python stack into the node log; print JSON of what was done.
+
+    A worker with a SIGUSR1 handler (the built-in workloads register faulthandler there) gets
+    SIGUSR1; with py-spy installed beside the training interpreter or on PATH, every worker's stack
+    is also read from outside (``py-spy dump --nonblocking``: works on a stopped or hung process)
+    and appended to ``<node>.log`` as ``[rank<N>]:py-spy | ...`` lines. A worker without a handler
+    never gets SIGUSR1 (its default action would kill it).
+    """
+    workers = [(pid, env) for pid, env in run_processes(run_id, node) if is_worker(env)]
+    roots = {row["pid"]: row["rank"] for row in worker_samples(workers)}
+    signalled, spied, skipped = [], [], []
+    for pid, rank in sorted(roots.items(), key=lambda item: item[1]):
+        if _catches(pid, signal.SIGUSR1) and _send(pid, signal.SIGUSR1):
+            signalled.append({"pid": pid, "rank": rank})
+        elif not _py_spy():
+            skipped.append({"pid": pid, "rank": rank})
+    spy = _py_spy()
+    log = os.path.join(os.path.expanduser(rundir), node + ".log") if rundir else None
+    if spy:
+        for pid, rank in sorted(roots.items(), key=lambda item: item[1]):
+            try:
+                out = subprocess.run([spy, "dump", "--pid", str(pid), "--nonblocking"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, timeout=20).stdout.decode("utf-8", "replace")
+            except (OSError, subprocess.SubprocessError) as exc:
+                out = "py-spy failed: %s" % exc
+            spied.append({"pid": pid, "rank": rank})
+            if log:
+                try:
+                    with open(log, "a") as fh:
+                        for line in out.splitlines() or ["(no output)"]:
+                            fh.write("[rank%d]:py-spy | %s\n" % (rank, line))
+                except OSError:
+                    pass
+    print(json.dumps({"signalled": signalled, "py_spy": spied, "no_dump": skipped}))
+    return 0
+
+
 def cmd_ps(run_id, node):
     """List the run's processes on this node."""
     procs = [
@@ -254,6 +281,9 @@ def cmd_follow(rundir, node, offset, tick, child=None):
     last_tick = 0.0
     gone_since = None
     waited_since = time.time()
+    run_id = os.path.basename(os.path.normpath(rundir))
+    workers = []
+    scans = 0
     if child is not None:
         pgid = child.pid
     while True:
@@ -263,6 +293,13 @@ def cmd_follow(rundir, node, offset, tick, child=None):
         if now - last_tick >= tick:
             _emit("T %.3f" % now)
             last_tick = now
+            if pgid is not None:
+                # The workers' activity (state, CPU, I/O): how the controller tells a loading rank from a hung one.
+                if not workers or scans % 5 == 0 or not all(_alive(pid) for pid, _ in workers):
+                    workers = [(pid, env) for pid, env in run_processes(run_id, node) if is_worker(env)]
+                scans += 1
+                if workers:
+                    _emit("S %s" % json.dumps(worker_samples(workers), separators=(",", ":")))
         if pgid is None:
             text = _read_int(pgid_file)
             if text and text.isdigit():
@@ -327,6 +364,8 @@ def main(argv):
         return cmd_kill(args[0], args[1], float(args[2]), pgid, args[4] if len(args) > 4 else None)
     if command == "signal":
         return cmd_signal(args[0], args[1], args[2])
+    if command == "dump":
+        return cmd_dump(args[0], args[1], args[2] if len(args) > 2 else None)
     if command == "ps":
         return cmd_ps(args[0], args[1])
     print("unknown command %r" % command, file=sys.stderr)

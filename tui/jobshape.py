@@ -1,0 +1,64 @@
+"""The job's shape on this cluster, computed once for the wizard's Job step and the checklist alike.
+
+Which GPUs each node contributes, the data-parallel world size the launch will get, and the
+interconnect the routing rules reason about: the Job screen's advice and the ``plan.*``/``mem.fit``
+check rows must never disagree because they counted differently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from shared.config import FtwizConfig, NodeConfig
+from shared.routing import Interconnect
+
+__all__ = ["gpu_inventory", "interconnect", "node_ranks", "selected_gpus", "world_size"]
+
+
+def selected_gpus(node: NodeConfig, report: Any) -> list[Any]:
+    """The GPUs the job will use on ``node``: all, the first N, or the listed indices that exist."""
+    if node.gpus == "all":
+        return list(report.gpus)
+    if isinstance(node.gpus, int):
+        return list(report.gpus[: node.gpus])
+    wanted = set(node.gpus)
+    return [g for g in report.gpus if g.index in wanted]
+
+
+def gpu_inventory(config: FtwizConfig, reports: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The GPUs each node with a report will use (``gpus = "all" | N | [indices]``)."""
+    return {n.name: selected_gpus(n, reports[n.name]) for n in config.nodes if reports.get(n.name) is not None}
+
+
+def node_ranks(node: NodeConfig, report: Any) -> int:
+    """Processes the launch starts on ``node``: one per selected GPU, one on a CPU node; from the config without a report."""
+    if report is not None:
+        return max(1, len(selected_gpus(node, report)))
+    if isinstance(node.gpus, int):
+        return max(1, node.gpus)
+    if isinstance(node.gpus, list):
+        return max(1, len(node.gpus))
+    return 1
+
+
+def world_size(config: FtwizConfig, reports: Mapping[str, Any]) -> int:
+    """The data-parallel world size of the launch (every node counted, reported or not)."""
+    return max(1, sum(node_ranks(n, reports.get(n.name)) for n in config.nodes))
+
+
+def interconnect(config: FtwizConfig, reports: Mapping[str, Any]) -> Interconnect:
+    """What the routing rules know of the links: InfiniBand when the IB plan enables it, else the slowest
+    link speed among the interfaces the interface plan picks (unknown without reports)."""
+    from shared import netplan
+
+    if not reports:
+        return Interconnect()
+    infiniband = not netplan.ib_plan(config, reports).disable
+    speeds = []
+    plan = netplan.resolve_interfaces(config, reports)
+    for name, chosen in plan.nodes.items():
+        report = reports.get(name)
+        nic = next((n for n in report.nics if n.name == chosen.ifname), None) if report is not None and chosen.ifname else None
+        if nic is not None and nic.speed_mbps:
+            speeds.append(nic.speed_mbps / 1000)
+    return Interconnect(infiniband=infiniband, ethernet_gbps=min(speeds) if speeds and not infiniband else None)

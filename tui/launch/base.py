@@ -1,0 +1,253 @@
+"""The state every part of a run shares: record, runners, observers, and the runner messages' dispatch.
+
+:class:`RunCore` holds what the launch (:mod:`tui.launch.launching`), the supervision loop
+(:mod:`tui.launch.run`), the stop sequence (:mod:`tui.launch.stopping`) and attach/stop of a
+detached run (:mod:`tui.launch.detached`) work on. Runner messages (:mod:`tui.launch.messages`)
+are applied here, on the supervising thread: log lines to the record, the failure tracker and the
+progress model; endings, losses and process samples to the decision core
+(:class:`tui.launch.supervisor.Supervisor`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Callable, Mapping, Optional
+
+from shared.config import FtwizConfig
+from tui.launch.events import Event, LogLine, NodeState, NodeStateChanged, Observer, ProgressChanged, RunFinished, RunNote, RunResult
+from tui.launch.failure import FailureTracker
+from tui.launch.messages import NodeEnded, NodeLine, NodeLost, NodePgid, RankSamples, RunnerMessage
+from tui.launch.options import RunOptions
+from tui.launch.plan import NodePlan
+from tui.launch.progress import ProgressModel, parse_protocol, split_rank
+from tui.launch.record import RunRecord
+from tui.launch.runner import NodeRunner
+from tui.launch.status import RunStatus
+from tui.launch.supervisor import Supervisor, Timing, WorkerFailure
+from tui.launch.support import explain
+
+__all__ = ["RunCore"]
+
+
+class RunCore:
+    """Shared state and plumbing of one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: FtwizConfig,
+        record: RunRecord,
+        *,
+        options: RunOptions,
+        reports: Optional[Mapping[str, Any]] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.record = record
+        self.run_id = record.model.run_id
+        self.options = options
+        self.reports = dict(reports or {})
+        #: The clock every decision reads (the runners' ``last_rx`` is on ``time.monotonic`` too).
+        self.clock = clock
+        self.progress = ProgressModel()
+        self.plans: dict[str, NodePlan] = {}
+        self._outbox: "queue.Queue[RunnerMessage]" = queue.Queue()
+        self._observers: list[Observer] = []
+        self._observer_lock = threading.Lock()
+        self._runners: dict[str, NodeRunner] = {}
+        self._abandon_reap = False
+        self._finished: Optional[RunResult] = None
+        self.failures = FailureTracker(n.name for n in config.nodes)
+        self._node_state: dict[str, NodeState] = {}
+        job = config.job
+        self.supervisor = Supervisor.over(
+            (n.name for n in config.nodes),
+            Timing(
+                unreachable_after_s=options.unreachable_after_s or max(4.0, 3 * config.cluster.ssh_keepalive_s),
+                tick_s=options.tick_s,
+                reattach_for_s=options.reattach_for_s,
+                reconnect_s=options.reap_connect_timeout_s,
+                stall_timeout_s=job.stall_timeout_s,
+                first_step_grace_s=job.first_step_grace_s,
+            ),
+        )
+        # One record of when each rank last moved: the progress model writes it, the supervisor reads it.
+        self.supervisor.last_moved = self.progress.last_moved
+
+    # ------------------------------------------------------------------ observers
+
+    def subscribe(self, observer: Observer) -> Callable[[], None]:
+        """Call ``observer(event)`` for every event from now on; returns the unsubscribe function."""
+        with self._observer_lock:
+            self._observers.append(observer)
+
+        def unsubscribe() -> None:
+            with self._observer_lock:
+                if observer in self._observers:
+                    self._observers.remove(observer)
+
+        return unsubscribe
+
+    def _emit(self, event: Event) -> None:
+        with self._observer_lock:
+            observers = list(self._observers)
+        for observer in observers:
+            try:
+                observer(event)
+            except Exception as exc:  # a broken observer must not take supervision down
+                print(f"ftwiz: an event observer failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    def _note(self, text: str, level: str = "info") -> None:
+        self.record.note(text, level)
+        self._emit(RunNote(text, level))
+
+    def _set_state(self, node: str, state: NodeState, detail: str = "") -> None:
+        if self._node_state.get(node) == state and not detail:
+            return
+        self._node_state[node] = state
+        self.record.update_node(node, save=False, state=state.value)
+        self._emit(NodeStateChanged(node, state, detail))
+
+    # ------------------------------------------------------------------ control (any thread)
+
+    def request_stop(self, reason: str = "stopped by the user") -> None:
+        """Ask the supervisor to stop every node (Ctrl-C, SIGTERM, the TUI's stop button)."""
+        if self.supervisor.stop_reason is not None:
+            self._abandon_reap = True  # asked twice: stop waiting for unreachable nodes
+        self.supervisor.request_stop(reason)
+
+    def detach(self) -> None:
+        """Stop supervising and leave the run going (the terminal closed, the TUI quit)."""
+        self.supervisor.request_detach()
+
+    @property
+    def node_states(self) -> dict[str, NodeState]:
+        """Each node's current state (for a UI that subscribes late)."""
+        return dict(self._node_state)
+
+    @property
+    def result(self) -> Optional[RunResult]:
+        """The result once the run finished (None before)."""
+        return self._finished
+
+    # ------------------------------------------------------------------ runner messages
+
+    def _pump(self, timeout: float) -> None:
+        """Apply what the runners posted (waiting at most ``timeout`` for the first message)."""
+        try:
+            message = self._outbox.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            self._apply(message)
+            try:
+                message = self._outbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _apply(self, message: RunnerMessage) -> None:
+        if isinstance(message, NodeLine):
+            self._on_line(message.node, message.text)
+        elif isinstance(message, RankSamples):
+            self.supervisor.sampled(message.node, message.samples, self.clock())
+        elif isinstance(message, NodePgid):
+            self.record.update_node(message.node, pgid=message.pgid)
+        elif isinstance(message, NodeEnded):
+            ending = message.ending
+            self.supervisor.ended(message.node, ending)
+            self.record.update_node(message.node, exit=ending.raw, exit_description=ending.describe(), ended_at=time.time())
+            state = NodeState.EXITED if ending.ok else NodeState.STOPPED if not ending.failed else NodeState.FAILED
+            self._set_state(message.node, state, ending.describe())
+        elif isinstance(message, NodeLost):
+            self._set_state(message.node, NodeState.RECONNECTING, message.reason)
+
+    def _on_line(self, node: str, raw: str) -> None:
+        rank, text = split_rank(raw)
+        prefix = f"{node}/{'-' if rank is None else rank}"
+        shown = f"{prefix} | {text}"
+        self.record.log(node, shown)
+        obj = parse_protocol(text)
+        # Protocol chatter (heartbeats, progress) would push the useful lines out of the tail.
+        pid_ranks = {i.pid: r for r, i in self.progress.ranks.items() if i.pid is not None and i.node == node}
+        failure = self.failures.observe(node, rank, text, shown, chatter=obj is not None and obj.get("ftwiz") not in ("error", "note"), pid_ranks=pid_ranks)
+        if failure is not None:
+            self.supervisor.worker_failed(WorkerFailure(failure["node"], failure["rank"], failure["local_rank"], failure["exitcode"]))
+        if obj is not None:
+            kind = obj.get("ftwiz")
+            if self.progress.update(node, rank, obj, now=self.clock()):
+                self._emit(ProgressChanged(self.progress.snapshot))
+            if kind == "started":
+                started = obj.get("rank", rank)
+                if isinstance(started, int):
+                    self.supervisor.rank_reached(started)
+                self._save_ranks()
+            elif kind in ("checkpoint", "done"):
+                self.record.update(progress=dataclasses.asdict(self.progress.snapshot))
+        self._emit(LogLine(node, rank, text, time.time()))
+
+    def _save_ranks(self) -> None:
+        self.record.update(
+            ranks={str(r): dataclasses.asdict(i) for r, i in sorted(self.progress.ranks.items())},
+            world_size=self.progress.snapshot.world_size,
+        )
+
+    # ------------------------------------------------------------------ runners
+
+    def _new_runner(self, name: str) -> NodeRunner:
+        node = next(n for n in self.config.nodes if n.name == name)
+        runner = NodeRunner(node, self.config.cluster, self.run_id, self._outbox, tick_s=self.options.tick_s).start()
+        self._runners[name] = runner
+        return runner
+
+    def _collect(self, futures: Mapping[str, Future], timeout: float) -> dict[str, str]:
+        problems: dict[str, str] = {}
+        deadline = self.clock() + timeout
+        for name, future in futures.items():
+            try:
+                future.result(timeout=max(0.1, deadline - self.clock()))
+            except Exception as exc:
+                problems[name] = explain(exc)
+                self._set_state(name, NodeState.FAILED, problems[name])
+        return problems
+
+    def _close_runners(self) -> None:
+        for runner in self._runners.values():
+            runner.close()
+        deadline = self.clock() + 5.0  # a runner stuck on a dead link is a daemon thread: let it go
+        for runner in self._runners.values():
+            runner.join(max(0.0, deadline - self.clock()))
+
+    # ------------------------------------------------------------------ the end
+
+    def _finish(self, result: RunResult, *, save: bool = True) -> RunResult:
+        """Record ``result`` (unless ``save`` is false: a record that must stay as it was), close, tell."""
+        self._finished = result
+        failed = None
+        if result.failed_node is not None or result.failed_rank is not None:
+            failed = {"node": result.failed_node, "rank": result.failed_rank, "last_lines": result.last_lines}
+        if save:
+            detached = result.status == RunStatus.DETACHED
+            self.record.update(
+                status=RunStatus(result.status),
+                exit_code=result.exit_code,
+                reason=result.reason,
+                failed=failed,
+                leftovers=result.leftovers,
+                unreaped=result.unreaped,
+                ended_at=None if detached else time.time(),
+                detached_at=time.time() if detached else None,
+                progress=dataclasses.asdict(self.progress.snapshot),
+                root_causes=self.failures.root_causes,
+                save=False,
+            )
+            if self.progress.ranks:
+                self._save_ranks()
+            self.record.save()
+        self._close_runners()
+        self.record.close()
+        self._emit(RunFinished(result))
+        return result

@@ -1,0 +1,146 @@
+"""What a node's runner tells the supervisor, typed: one dataclass per kind of message.
+
+Runners post these to the run's outbox from their own threads; the driver hands them to the
+supervisor core in order. A node's ending is parsed once, here, from the node helper's ``X`` frame
+(:meth:`NodeEnding.parse`), so every later decision switches on a kind, never on a string.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional, Union
+
+__all__ = [
+    "EndingKind",
+    "NodeEnded",
+    "NodeEnding",
+    "NodeLine",
+    "NodeLost",
+    "NodePgid",
+    "RankSample",
+    "RankSamples",
+    "RunnerMessage",
+]
+
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+class EndingKind(str, Enum):
+    """How torchrun ended on a node."""
+
+    EXITED = "exited"
+    """With an exit code (see :attr:`NodeEnding.code`)."""
+    SIGNALLED = "signalled"
+    """Its process group vanished without an exit code: someone else signalled it."""
+    STOPPED = "stopped"
+    """An ftwiz stop ended it (``<node>.stopped`` was left on the node)."""
+    MISSING = "missing"
+    """It never started (no log on the node)."""
+    ABORTED = "aborted"
+    """The launch exchange ended before ``go``."""
+
+
+@dataclass(frozen=True)
+class NodeEnding:
+    """One node's ending, parsed once from the helper's ``X`` frame."""
+
+    kind: EndingKind
+    code: Optional[int] = None
+    raw: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> "NodeEnding":
+        """``"0"`` / ``"137"`` / ``"gone"`` / ``"stopped"`` / ``"missing"`` / ``"aborted"`` → an ending."""
+        raw = text.strip()
+        named = {"gone": EndingKind.SIGNALLED, "stopped": EndingKind.STOPPED, "missing": EndingKind.MISSING,
+                 "aborted": EndingKind.ABORTED, "bad-payload": EndingKind.ABORTED}
+        if raw in named:
+            return cls(named[raw], None, raw)
+        try:
+            return cls(EndingKind.EXITED, int(raw), raw)
+        except ValueError:
+            return cls(EndingKind.SIGNALLED, None, raw)
+
+    @property
+    def ok(self) -> bool:
+        """torchrun exited 0 on the node."""
+        return self.kind is EndingKind.EXITED and self.code == 0
+
+    @property
+    def failed(self) -> bool:
+        """An ending that fails the run (not 0, not an ftwiz stop)."""
+        return not self.ok and self.kind is not EndingKind.STOPPED
+
+    def describe(self) -> str:
+        """In words, e.g. ``exited with code 137 (SIGKILL)``."""
+        if self.kind is EndingKind.SIGNALLED:
+            return "ended by a signal (no exit code)"
+        if self.kind is EndingKind.STOPPED:
+            return "stopped by ftwiz"
+        if self.kind is EndingKind.MISSING:
+            return "never started (no log on the node)"
+        if self.kind is EndingKind.ABORTED:
+            return f"was not started ({self.raw})"
+        assert self.code is not None
+        if self.code > 128 and self.code - 128 in _SIGNALS:
+            return f"exited with code {self.code} ({_SIGNALS[self.code - 128]})"
+        return f"exited with code {self.code}"
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    """One line of the node's log (torchrun's ``[rankN]:`` prefix still on it)."""
+
+    node: str
+    text: str
+
+
+@dataclass(frozen=True)
+class NodePgid:
+    """torchrun's process group id on the node."""
+
+    node: str
+    pgid: int
+
+
+@dataclass(frozen=True)
+class NodeEnded:
+    """torchrun ended on the node."""
+
+    node: str
+    ending: NodeEnding
+
+
+@dataclass(frozen=True)
+class NodeLost:
+    """The log stream broke without an ending (the node may still run)."""
+
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RankSample:
+    """One worker process as the node helper saw it at one tick."""
+
+    rank: int
+    pid: int
+    state: str
+    """The kernel's process state letter (``R`` running, ``S`` sleeping, ``D`` disk, ``T`` stopped, ...)."""
+    cpu_ticks: int
+    """User + system CPU time in clock ticks."""
+    io_bytes: int
+    """Bytes read and written through syscalls (``rchar + wchar``: files, pipes and sockets: a download moves it)."""
+
+
+@dataclass(frozen=True)
+class RankSamples:
+    """Every worker of the run on the node, sampled once (the node helper does it every tick)."""
+
+    node: str
+    samples: tuple[RankSample, ...]
+
+
+RunnerMessage = Union[NodeLine, NodePgid, NodeEnded, NodeLost, RankSamples]
+"""Anything a runner posts to the outbox."""

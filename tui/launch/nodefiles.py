@@ -1,0 +1,76 @@
+"""What one node needs in its run directory: the workloads package, ``job.json`` and its start script.
+
+Called on that node's runner thread once the node's workdir and run dir are known (absolute paths
+on the node). Returns the files (relative to the run dir) and the node's plan, and what the run
+record keeps about the node.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from shared.config import FtwizConfig, NodeConfig
+from tui.launch.plan import NodePlan, build_plan, start_script
+
+__all__ = ["NodeFiles", "node_files"]
+
+
+@dataclass
+class NodeFiles:
+    """One node's run-dir files, its plan, and the fields the run record keeps for it."""
+
+    files: dict[str, bytes]
+    plan: NodePlan
+    record: dict[str, Any] = field(default_factory=dict)
+    """Fields for ``run.json``'s ``nodes[<node>]``."""
+    run_record: dict[str, Any] = field(default_factory=dict)
+    """Top-level fields for ``run.json`` (e.g. what code was shipped)."""
+
+
+def node_files(
+    config: FtwizConfig,
+    node: NodeConfig,
+    *,
+    run_id: str,
+    workdir_abs: str,
+    rundir_abs: str,
+    package: Mapping[str, bytes],
+    reports: Mapping[str, Any],
+    network_env: Optional[Mapping[str, Mapping[str, str]]],
+    resume: bool,
+    output_dir: str,
+) -> NodeFiles:
+    """Everything ``node`` needs under its run dir, for a run started from ``config``."""
+    gpus: dict[str, list[int]] = {}
+    cores: dict[str, Optional[int]] = {}
+    report = reports.get(node.name)
+    if report is not None:
+        gpus[node.name] = [g.index for g in getattr(report, "gpus", [])]
+        cores[node.name] = getattr(getattr(report, "host", None), "cpu_cores", None)
+    plan = build_plan(
+        config,
+        run_id,
+        rundirs={n.name: rundir_abs for n in config.nodes},
+        gpu_indices=gpus,
+        cpu_cores=cores,
+        network_env=network_env,
+    )
+    mine = next(p for p in plan if p.node == node.name)
+    spec = config.job.model_dump(mode="json")
+    spec.update(run_id=run_id, workdir=workdir_abs, base_dir=workdir_abs, resume="auto" if resume else None, output_dir=output_dir)
+    files = dict(package)
+    files["job.json"] = json.dumps(spec, indent=2).encode()
+    files[f"{node.name}.sh"] = start_script(mine, rundir_abs).encode()
+    record = dict(
+        workdir=workdir_abs,
+        rundir=rundir_abs,
+        nproc=mine.nproc,
+        command=mine.argv,
+        command_line=mine.command_line,
+        env=mine.env,
+        cuda_visible_devices=mine.cuda_visible_devices,
+        node_log=f"{rundir_abs}/{node.name}.log",
+    )
+    return NodeFiles(files=files, plan=mine, record=record)

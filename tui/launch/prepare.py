@@ -1,0 +1,85 @@
+"""One launch preparation for the CLI (``ftwiz --launch``) and the TUI's Launch step.
+
+Both turn the same inputs into a :class:`tui.launch.run.Run`: what to resume (the last recorded
+run's output dir), the agents' reports the checklist ran on, the NCCL/gloo interface plan from
+them, and the time before which torchrun must not start (the checklist's rendezvous-port test
+listener on the master; the run prepares the nodes meanwhile and the wait is interruptible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from shared.config import FtwizConfig
+from tui.launch.options import LaunchError, RunOptions
+from tui.launch.record import latest_run_id, load_record, runs_dir
+from tui.launch.run import Run
+
+__all__ = ["ResumeFrom", "listener_deadline", "new_run", "resume_from"]
+
+#: Seconds added to the master's listener deadline: its clock may differ from ours by up to the checklist's skew bound.
+LISTENER_SLACK_S = 1.0
+
+
+@dataclass(frozen=True)
+class ResumeFrom:
+    """The run a ``--resume`` continues, and where its checkpoints are."""
+
+    run_id: str
+    output_dir: str
+
+
+def resume_from(config: FtwizConfig, options: RunOptions) -> ResumeFrom:
+    """The last recorded run to resume (raises :class:`LaunchError` when there is none)."""
+    base = runs_dir(options.runs_dir)
+    last = latest_run_id(base)
+    if last is None:
+        raise LaunchError(f"nothing to resume: no run recorded under {base}/ (run `ftwiz --launch` first, from this directory)")
+    try:
+        output_dir = load_record(base, last).get("output_dir") or config.job.output_dir
+    except (OSError, ValueError) as exc:
+        raise LaunchError(f"cannot resume run {last}: {base / last / 'run.json'} is unreadable ({exc})") from None
+    return ResumeFrom(last, output_dir)
+
+
+def listener_deadline(listener_until: Optional[float]) -> Optional[float]:
+    """Unix time before which torchrun must not start, from the checklist's listener deadline (None: no wait)."""
+    return listener_until + LISTENER_SLACK_S if listener_until else None
+
+
+def new_run(
+    config: FtwizConfig,
+    *,
+    options: RunOptions,
+    reports: Mapping[str, Any],
+    resume: bool,
+    listener_until: Optional[float] = None,
+    config_source: Optional[str] = None,
+) -> tuple[Run, Optional[str]]:
+    """A run ready to :meth:`~tui.launch.run.Run.launch`, and a warning to show (or None).
+
+    The interface plan is :func:`shared.netplan.node_env` over ``reports``; when it cannot be made,
+    NCCL/gloo pick interfaces themselves and the warning says so.
+    """
+    source = resume_from(config, options) if resume else None
+    network_env, note = None, None
+    if reports:
+        try:
+            from shared.netplan import node_env
+
+            network_env = node_env(config, reports)
+        except Exception as exc:  # the checklist reports a plan that cannot be made; the launch goes on
+            note = f"no interface plan ({type(exc).__name__}: {exc}); NCCL/gloo will pick interfaces themselves"
+    run = Run(
+        config,
+        options=options,
+        reports=reports,
+        network_env=network_env,
+        resume=resume,
+        output_dir=source.output_dir if source else None,
+        resumed_from=source.run_id if source else None,
+        config_source=config_source,
+        start_not_before=listener_deadline(listener_until),
+    )
+    return run, note
