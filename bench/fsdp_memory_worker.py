@@ -14,12 +14,13 @@ import ctypes
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-MODEL = {"hidden_size": 512, "intermediate_size": 1792, "num_attention_heads": 8, "num_key_value_heads": 2,
+MODEL: dict[str, Any] = {"hidden_size": 512, "intermediate_size": 1792, "num_attention_heads": 8, "num_key_value_heads": 2,
          "vocab_size": 32000, "tie_word_embeddings": False}
 
 _libc = ctypes.CDLL("libc.so.6")
@@ -46,13 +47,13 @@ class PeakHeap(TorchDispatchMode):
         super().__init__()
         self.peak = live_heap()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self.peak = max(self.peak, live_heap())
         return out
 
 
-def _local_bytes(tensors) -> int:  # noqa: ANN001
+def _local_bytes(tensors) -> int:
     total = 0
     for t in tensors:
         local = t.to_local() if hasattr(t, "to_local") else t
@@ -77,7 +78,7 @@ def main() -> None:
     torch.manual_seed(0)
     ids = torch.randint(0, MODEL["vocab_size"], (1, args.seq_len))
     baseline = live_heap()
-    model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=args.layers, **MODEL)).to(torch.float32)
+    model: Any = LlamaForCausalLM(LlamaConfig(num_hidden_layers=args.layers, **MODEL)).float()
     model.config.use_cache = False
     params = sum(p.numel() for p in model.parameters())
     if args.sharding == "fsdp":

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "ftwiz_workloads"
@@ -113,7 +113,7 @@ def _torchrun(rundir: Path, spec: Path, nproc: int, timeout: float = 900) -> tup
         port = sock.getsockname()[1]
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
             f"--master-port={port}", "-m", PACKAGE, "--spec", str(spec)]
-    done = subprocess.run(argv, cwd=rundir, env=_env(rundir), capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(argv, cwd=rundir, env=_env(rundir), capture_output=True, text=True, timeout=timeout, check=False)
     records = []
     for line in done.stdout.splitlines():
         start = line.find('{"ftwiz"')
@@ -148,7 +148,7 @@ def _case(rundir: Path, work: Path, model: Path, dataset: Path, name: str, metho
     return row
 
 
-def _predicted(model: Path, job: dict[str, Any], nproc: int) -> Optional[float]:
+def _predicted(model: Path, job: dict[str, Any], nproc: int) -> float | None:
     """The estimator's per-GPU allocated peak (comparable with max_memory_allocated) for this case."""
     sys.path.insert(0, str(REPO))
     from shared.catalog import arch_from_hf_config
@@ -173,7 +173,7 @@ def _allreduce(rundir: Path, work: Path, count: int) -> dict[str, Any]:
 
 def _record_nvml() -> str:
     """One NVML sample of every device in the fixture format, marked recorded (machine, driver, date)."""
-    import pynvml
+    import pynvml  # type: ignore[import-untyped]
 
     pynvml.nvmlInit()
     try:
@@ -188,8 +188,8 @@ def _record_nvml() -> str:
                 try:
                     args = (handle, 0) if name == "nvmlDeviceGetTemperature" else (handle,)
                     device[name] = _plain(getattr(pynvml, name)(*args))
-                except Exception:  # noqa: BLE001 - "not supported" on this device: left out, as the fixture format says
-                    continue
+                except pynvml.NVMLError:  # "not supported" on this device: left out, as the fixture format says
+                    device.setdefault("_not_supported", []).append(name)
             devices.append(device)
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         data = {"kind": "ftwiz-nvml-fixture", "version": 1,

@@ -90,7 +90,7 @@ def layer_activation_bytes_per_token(
         per_norm = 4 * h + (4 * h if full else 0)
     else:
         per_norm = resid * h
-    total = arch.norms_per_layer * per_norm
+    total = float(arch.norms_per_layer * per_norm)
 
     names = [lin.name for lin in linear_layers(arch)]
     if full:

@@ -32,29 +32,36 @@ Sources of the formulas:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from shared.activations import (eager_attention_bytes, first_layer_discount, layer_activation_bytes_per_token, lora_trainable_params,
-                                targeted_linears)
+from shared.activations import (
+    eager_attention_bytes,
+    first_layer_discount,
+    layer_activation_bytes_per_token,
+    lora_trainable_params,
+    targeted_linears,
+)
 from shared.catalog import ModelArch, linear_layers, param_breakdown, param_count
 from shared.config import JobConfig
+from shared.estimate_types import GIB, Estimate, MemoryItem, Sharding
 
 __all__ = [
-    "CUDA_CONTEXT_BYTES",
     "ALLOCATOR_OVERHEAD",
+    "CUDA_CONTEXT_BYTES",
+    "GIB",
+    "TIGHT_HEADROOM",
     "Estimate",
     "Lever",
     "MemoryItem",
     "Verdict",
+    "best_lever",
+    "choose_sharding",
     "estimate",
     "fit",
     "layer_activation_bytes_per_token",
     "lora_trainable_params",
 ]
 
-GIB = 1 << 30
 
 CUDA_CONTEXT_BYTES = int(0.75 * GIB)
 """CUDA context, kernels and cuBLAS workspace: typically 0.5–1 GiB per process (an assumption, not measured
@@ -68,69 +75,6 @@ NF4_BITS_DOUBLE_QUANT = 4 + 8 / 64 + 32 / (64 * 256)
 """NF4 weight bits per parameter with double quantization (QLoRA §3): 4 + 0.125 + 0.002 ≈ 4.127."""
 NF4_BITS_SINGLE_QUANT = 4 + 32 / 64
 """NF4 without double quantization: one fp32 absmax per block of 64, 4.5 bits/param."""
-
-Sharding = Literal["ddp", "fsdp"]
-
-
-class MemoryItem(BaseModel):
-    """One line of the per-GPU memory table."""
-
-    name: str = Field(description="Stable id, e.g. 'weights', 'activations', 'logits'.")
-    label: str = Field(description="What the line is, for people.")
-    bytes: int = Field(ge=0, description="Bytes on one GPU at the peak.")
-    formula: str = Field(description="How the bytes were computed, with the numbers put in.")
-
-    @property
-    def gib(self) -> float:
-        """The bytes in GiB."""
-        return self.bytes / GIB
-
-
-class Estimate(BaseModel):
-    """Itemised per-GPU peak memory of one training configuration."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    arch: ModelArch = Field(description="The architecture estimated.")
-    job: JobConfig = Field(description="The job settings estimated.")
-    dp_size: int = Field(description="Data-parallel world size.")
-    sharding: Sharding = Field(description="ddp (replicated states) or fsdp (ZeRO-3 sharded states).")
-    options: dict = Field(default_factory=dict, description="The keyword options of estimate(), to re-estimate with a lever.")
-    params: int = Field(description="Parameters of the model.")
-    trainable_params: int = Field(description="Parameters that get gradients and optimizer states.")
-    phase: str = Field(description="When the peak happens, e.g. 'start of backward'.")
-    items: list[MemoryItem] = Field(description="What is live at the peak; they sum to total_bytes.")
-    other_phase: str = Field(description="The other candidate peak phase.")
-    other_items: list[MemoryItem] = Field(description="What is live at that other phase (smaller than the peak).")
-    notes: list[str] = Field(default_factory=list, description="Assumptions worth knowing about.")
-
-    @property
-    def total_bytes(self) -> int:
-        """Per-GPU peak as nvidia-smi would see it (tensors, CUDA context, allocator overhead)."""
-        return sum(i.bytes for i in self.items)
-
-    @property
-    def allocated_bytes(self) -> int:
-        """Peak of tensor bytes, comparable with ``torch.cuda.max_memory_allocated``."""
-        return sum(i.bytes for i in self.items if i.name not in ("cuda_context", "allocator_overhead"))
-
-    @property
-    def other_phase_bytes(self) -> int:
-        """Total bytes at the other phase."""
-        return sum(i.bytes for i in self.other_items)
-
-    def get(self, name: str, *, any_phase: bool = False) -> Optional[MemoryItem]:
-        """The item called ``name`` at the peak (or, with ``any_phase``, at the other phase too); None when absent."""
-        found = next((i for i in self.items if i.name == name), None)
-        if found is None and any_phase:
-            found = next((i for i in self.other_items if i.name == name), None)
-        return found
-
-    def bytes_of(self, name: str, *, any_phase: bool = False) -> int:
-        """Bytes of item ``name`` at the peak (0 when absent); ``any_phase`` looks at the other phase too."""
-        item = self.get(name, any_phase=any_phase)
-        return item.bytes if item else 0
-
 
 # --------------------------------------------------------------------------- building blocks
 
@@ -197,9 +141,9 @@ def estimate(
     job: JobConfig,
     *,
     dp_size: int = 1,
-    sharding: Optional[Sharding] = None,
-    attention: Optional[Literal["sdpa", "eager"]] = None,
-    padded_batches: Optional[bool] = None,
+    sharding: Sharding | None = None,
+    attention: Literal["sdpa", "eager"] | None = None,
+    padded_batches: bool | None = None,
     double_quant: bool = True,
     upcast_non_quantized: bool = False,
     quantized_matmul_keeps_input: bool = False,
@@ -327,7 +271,7 @@ def _activation_bytes(case: _Case, quantized_matmul_keeps_input: bool) -> tuple[
     final_norm = (4 * h + (4 * h if case.full else 0)) if arch.norm == "rms" else resid * h
     head_input = (2 * h if case.amp else (4 * h if case.fp32 else 0)) if case.full else 0
     if job.gradient_checkpointing:
-        kept = tokens * (layers * resid * h + final_norm + head_input)
+        kept: float = tokens * (layers * resid * h + final_norm + head_input)
         recompute = tokens * (per_layer + 2 * resid * h) + eager_layer
         return kept, recompute, (f"checkpointing: {layers} layer inputs × b·s·h·{resid} B + one layer recomputed "
                                  f"({per_layer / h:.1f}·h B/token{' + eager a·s² scores' if eager_layer else ''})")
@@ -336,7 +280,7 @@ def _activation_bytes(case: _Case, quantized_matmul_keeps_input: bool) -> tuple[
                        f"{', SDPA: no s² term' if case.attention == 'sdpa' else ', eager: + a·s² scores'})")
 
 
-def _autocast_copies(case: _Case) -> Optional[MemoryItem]:
+def _autocast_copies(case: _Case) -> MemoryItem | None:
     """autocast's bf16 copies of the weights (AMP only): alive from forward through backward."""
     if not case.amp:
         return None
@@ -404,4 +348,4 @@ def _finish(case: _Case, items: list[MemoryItem]) -> list[MemoryItem]:
 
 # --------------------------------------------------------------------------- verdict
 # the verdict half lives in shared/fit.py; re-exported here, where callers have always found it
-from shared.fit import TIGHT_HEADROOM, Lever, Verdict, best_lever, choose_sharding, fit  # noqa: E402
+from shared.fit import TIGHT_HEADROOM, Lever, Verdict, best_lever, choose_sharding, fit

@@ -6,7 +6,7 @@ is evaluated, so the two modules do not import each other at load time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -15,7 +15,7 @@ from shared.config import JobConfig
 if TYPE_CHECKING:
     from shared.estimator import Estimate
 
-__all__ = ["Lever", "TIGHT_HEADROOM", "Verdict", "best_lever", "choose_sharding", "fit"]
+__all__ = ["TIGHT_HEADROOM", "Lever", "Verdict", "best_lever", "choose_sharding", "fit"]
 
 GIB = 1 << 30
 
@@ -41,7 +41,7 @@ class Verdict(BaseModel):
     need_bytes: int = Field(description="Estimated per-GPU peak.")
     free_bytes: int = Field(description="Free memory the GPU reported.")
     headroom: float = Field(description="(free − need) / free; negative when it does not fit.")
-    lever: Optional[Lever] = Field(None, description="The change that saves the most, when it is tight or does not fit.")
+    lever: Lever | None = Field(None, description="The change that saves the most, when it is tight or does not fit.")
     reason: str = Field(description="One sentence a user can act on.")
 
 
@@ -50,7 +50,7 @@ TIGHT_HEADROOM = 0.10
 
 def _levers(est: Estimate) -> list[tuple[str, str, JobConfig, dict, str]]:
     job = est.job
-    out = []
+    out: list[tuple[str, str, JobConfig, dict, str]] = []
     if job.method == "full":
         out.append(("lora", "method = \"lora\"", job.model_copy(update={"method": "lora"}), {},
                     "trains small adapters: no gradients, master weights or optimizer states for the base model"))
@@ -77,11 +77,11 @@ def _levers(est: Estimate) -> list[tuple[str, str, JobConfig, dict, str]]:
     return out
 
 
-def best_lever(est: Estimate) -> Optional[Lever]:
+def best_lever(est: Estimate) -> Lever | None:
     """Re-estimate with each lever and return the one that lowers the peak the most (None if none helps)."""
     from shared.estimator import estimate
 
-    best: Optional[Lever] = None
+    best: Lever | None = None
     for name, change, job, extra, why in _levers(est):
         options = dict(est.options)
         options.update(extra)
@@ -102,6 +102,7 @@ def fit(estimate_: Estimate, gpu_free_bytes: int) -> Verdict:
     need = estimate_.total_bytes
     free = max(int(gpu_free_bytes), 0)
     headroom = (free - need) / free if free else -1.0
+    status: Literal["fits", "tight", "won't fit"]
     if need > free:
         status = "won't fit"
     elif headroom < TIGHT_HEADROOM:
@@ -112,8 +113,7 @@ def fit(estimate_: Estimate, gpu_free_bytes: int) -> Verdict:
     if status == "fits":
         reason = f"needs {_gib(need)} of {_gib(free)} free ({headroom:.0%} headroom)"
     else:
-        verb = "needs" if status == "tight" else "needs"
-        reason = f"{verb} {_gib(need)} of {_gib(free)} free" + (f" ({headroom:.0%} headroom)" if status == "tight" else "")
+        reason = f"needs {_gib(need)} of {_gib(free)} free" + (f" ({headroom:.0%} headroom)" if status == "tight" else "")
         if lever:
             after = "fits" if lever.new_total_bytes <= free * (1 - TIGHT_HEADROOM) else (
                 "still tight" if lever.new_total_bytes <= free else "still does not fit")

@@ -41,7 +41,7 @@ def save(model, optimizer, directory: Path, state: dict[str, Any], *, rank: int)
     # rank 0's node got the index; every other node needs its own copy to load its shard
     index = [(directory / METADATA).read_bytes() if rank == 0 else None]
     dist.broadcast_object_list(index, src=0)
-    _write_atomic(directory / METADATA, index[0])
+    _write_atomic(directory / METADATA, bytes(index[0] or b""))
     dist.barrier()
     _write_atomic(directory / STATE, json.dumps(state, indent=1).encode())
     dist.barrier()
@@ -56,7 +56,7 @@ def load(model, optimizer, directory: Path, *, rank: int) -> tuple[dict[str, Any
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    both = {"model": model_state, "optim": optim_state}
+    both: dict[str, Any] = {"model": model_state, "optim": optim_state}
     received = make_reachable(directory, [METADATA, STATE], rank=rank)
     received += make_reachable(directory, sorted(needed_files(directory, both)), rank=rank)
     state = json.loads((directory / STATE).read_text())
@@ -104,7 +104,7 @@ def make_reachable(directory: Path, wanted: list[str], *, rank: int) -> list[str
         dist.broadcast_object_list(payload, src=owners[0])
         if name in needs:
             directory.mkdir(parents=True, exist_ok=True)
-            _write_atomic(directory / name, payload[0])
+            _write_atomic(directory / name, bytes(payload[0] or b""))
             received.append(name)
     dist.barrier()
     return received
@@ -116,7 +116,10 @@ def save_final(model, tokenizer, output_dir: Path, run_id: str, *, rank: int) ->
     Only global rank 0 writes ``output_dir/final`` (swapped in whole); ``from_pretrained`` loads it on one machine.
     """
     import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     final = output_dir / "final"

@@ -12,7 +12,7 @@ to hold even a shard.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from .dist import Ranks
 from .errors import WorkloadError
@@ -63,7 +63,7 @@ def decoder_layers(model) -> list:
     return layers
 
 
-def shard(model, ranks: Ranks, backend: str, *, compute_dtype: Optional[Any], offload: bool) -> int:
+def shard(model, ranks: Ranks, backend: str, *, compute_dtype: Any | None, offload: bool) -> int:
     """Shard ``model`` in place with FSDP2 over all ranks; return the number of FSDP units.
 
     The device mesh is built explicitly for the process group's device type, so a CPU/gloo run on a GPU
@@ -71,7 +71,11 @@ def shard(model, ranks: Ranks, backend: str, *, compute_dtype: Optional[Any], of
     """
     import torch
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        fully_shard,
+    )
 
     device_type = "cuda" if backend == "nccl" else "cpu"
     mesh = init_device_mesh(device_type, (ranks.world_size,))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from . import checkpoint
 from .dist import Ranks
@@ -55,10 +56,10 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=float(spec["learning_rate"]), weight_decay=0.0)
-    sampler = torch.utils.data.DistributedSampler(TokenDataset(examples), num_replicas=ranks.world_size, rank=ranks.rank,
-                                                  shuffle=True, seed=spec.seed)
-    loader = torch.utils.data.DataLoader(TokenDataset(examples), batch_size=int(spec["micro_batch_size"]), sampler=sampler,
-                                         collate_fn=PaddingCollator(tokenizer.pad_token_id))
+    dataset: Any = TokenDataset(examples)  # a map-style dataset (len + getitem), not a torch Dataset subclass
+    sampler: Any = torch.utils.data.DistributedSampler(dataset, num_replicas=ranks.world_size, rank=ranks.rank, shuffle=True, seed=spec.seed)
+    loader: Any = torch.utils.data.DataLoader(dataset, batch_size=int(spec["micro_batch_size"]), sampler=sampler,
+                                              collate_fn=PaddingCollator(tokenizer.pad_token_id))
     accum = int(spec["grad_accum_steps"])
     per_epoch = max(1, math.ceil(len(loader) / accum))
     total = int(spec["max_steps"]) if int(spec["max_steps"]) > 0 else math.ceil(per_epoch * float(spec["epochs"]))
@@ -113,8 +114,10 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
     if ranks.is_main:
         emit("note", rank=ranks.rank, message="fsdp: logits of the trained model on a fixed probe", probe_logits=probe)
     final = checkpoint.save_final(model, tokenizer, plan.output_dir, spec.run_id, rank=ranks.rank)
-    emit("done", rank=ranks.rank, status="ok", **peak_memory(backend),
-         **({"adapter_path": str(final), "step": total} if ranks.is_main else {}))
+    done: dict[str, Any] = {"status": "ok", **peak_memory(backend)}
+    if ranks.is_main:
+        done.update(adapter_path=str(final), step=total)
+    emit("done", rank=ranks.rank, **done)
     if ranks.is_main:
         what = "adapter" if spec["method"] != "full" else "model"
         print(f"ftwiz: trained to step {total}; {what} written to {final}", flush=True)
@@ -175,7 +178,7 @@ def _sum_over_ranks(value: float, backend: str, ranks: Ranks) -> float:
     return float(tensor.item())
 
 
-def _probe_logits(model, tokenizer, backend: str, ranks: Ranks, count: int = 8) -> Optional[list[float]]:
+def _probe_logits(model, tokenizer, backend: str, ranks: Ranks, count: int = 8) -> list[float] | None:
     """The last position's first ``count`` logits on a fixed input (every rank runs the sharded forward)."""
     import torch
 

@@ -139,8 +139,10 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     final = _save_final(trainer, tokenizer, plan.output_dir, spec.run_id)
     from .fsdp_train import peak_memory
 
-    emit("done", rank=ranks.rank, status="ok", **peak_memory("nccl" if plan.cuda else "gloo"),
-         **({"adapter_path": str(final), "step": trainer.state.global_step} if ranks.is_main else {}))
+    done: dict[str, Any] = {"status": "ok", **peak_memory("nccl" if plan.cuda else "gloo")}
+    if ranks.is_main:
+        done.update(adapter_path=str(final), step=trainer.state.global_step)
+    emit("done", rank=ranks.rank, **done)
     if ranks.is_main:
         what = "adapter" if spec["method"] != "full" else "model"
         print(f"ftwiz: trained to step {trainer.state.global_step}; {what} written to {final}", flush=True)

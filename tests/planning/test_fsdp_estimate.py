@@ -27,7 +27,7 @@ def _cases() -> list[tuple[int, str]]:
     return sorted({(r["world_size"], r["sharding"]) for r in DATA["ranks"]})
 
 
-def _estimate(world_size: int, sharding: str):  # noqa: ANN202
+def _estimate(world_size: int, sharding: str):
     rank = next(r for r in DATA["ranks"] if r["world_size"] == world_size)
     arch = arch_from_hf_config(dict(rank["model"], model_type="llama", num_hidden_layers=rank["layers"]))
     job = JobConfig(method="full", precision="fp32", optimizer="adamw", gradient_checkpointing=False, micro_batch_size=1,

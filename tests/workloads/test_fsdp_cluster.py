@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def small_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     model, data = base / "model", base / "train.jsonl"
     for argv in (["-m", "agent.workloads.tiny", "model", str(model), "--hidden-size", "256", "--layers", "4"],
                  ["-m", "agent.workloads", "--make-tiny-dataset", str(data), "--records", "200"]):
-        done = subprocess.run([sys.executable, *argv], cwd=PACKAGE_SOURCE.parents[1], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, *argv], cwd=PACKAGE_SOURCE.parents[1], capture_output=True, text=True, timeout=300, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
     return {"model": model, "dataset": data, "base": base}
 
@@ -63,6 +64,7 @@ def _launch(cluster, tmp_path: Path, monkeypatch, job: dict, *, gpus=(2, 1, 1), 
     quiet = commands.HeadlessPrinter(io.StringIO(), io.StringIO())
     code = commands.launch(config, yes=True, detach=False, resume=resume, force=False, checklist=False, printer=quiet)
     run_id = latest_run_id(runs)
+    assert run_id is not None, "no run record was written"
     record = json.loads((runs / run_id / "run.json").read_text())
     assert code == 0, (record.get("reason"), record.get("failed"), _tail(runs / run_id))
     return run_id, record, _records(runs / run_id)
@@ -115,6 +117,7 @@ def _probe_matches(final: Path, probe: list[float], base_model: Path | None = No
 
     from agent.workloads.fsdp_train import probe_ids
 
+    model: Any
     if base_model is None:
         model = AutoModelForCausalLM.from_pretrained(final)
     else:
