@@ -32,7 +32,13 @@ sysdeps:
 	  fi; \
 	fi
 
-test: sysdeps $(STAMP)
+# ruff and mypy over the shipped code; their settings live in pyproject.toml, their versions in constraints.txt.
+LINT_PATHS := agent tui shared
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/mypy $(LINT_PATHS)
+
+test: lint sysdeps $(STAMP)
 	$(VPY) -m pytest -q -ra $(PYTEST_ARGS)
 
 bench: sysdeps $(STAMP)

@@ -14,7 +14,10 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, cast
+
+if TYPE_CHECKING:
+    import asyncio
 
 from shared.version import __version__
 
@@ -118,7 +121,9 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
-        http=sink_fast_path_protocol(token=settings.token),  # bandwidth sink at socket speed; all else is uvicorn's
+        # The bandwidth sink at socket speed; all else is uvicorn's. A BufferedProtocol: uvicorn annotates
+        # Protocol, but only hands the class to loop.create_server, which takes either.
+        http=cast("type[asyncio.Protocol]", sink_fast_path_protocol(token=settings.token)),
         access_log=args.log_level == "debug",  # an access line per request costs more CPU than the request
         server_header=False,
         proxy_headers=False,
@@ -157,7 +162,7 @@ def _quiet_server_class() -> type:
                 except asyncio.TimeoutError:
                     pass
 
-        def handle_exit(self, sig, frame) -> None:  # type: ignore[no-untyped-def]
+        def handle_exit(self, sig, frame) -> None:
             super().handle_exit(sig, frame)
             if self._loop is not None and self._wake is not None:
                 self._loop.call_soon_threadsafe(self._wake.set)

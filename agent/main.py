@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -15,7 +15,7 @@ from shared.version import __version__
 
 from .bodylimit import BodyLimitMiddleware
 from .dependencies import require_token
-from .routers import UNAUTHORIZED, health, metrics, probes, report, runs, sink
+from .routers import UNAUTHORIZED, health, kernel, metrics, probes, report, runs, sink
 from .sampler import Sampler
 from .settings import AgentSettings
 from .state import AgentState, default_sampler
@@ -54,15 +54,16 @@ def create_app(settings: AgentSettings, *, sampler: Optional[Sampler] = None) ->
     app.state.agent = state
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_json_body_bytes, exempt_paths=[_SINK_PATH])
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    protected = {"dependencies": [Depends(require_token)], "responses": UNAUTHORIZED}
+    protected: dict[str, Any] = {"dependencies": [Depends(require_token)], "responses": UNAUTHORIZED}
     app.include_router(health.router)
-    for router in (report.router, metrics.router, probes.router, sink.router, runs.router):
+    for router in (report.router, metrics.router, probes.router, sink.router, runs.router, kernel.router):
         app.include_router(router, **protected)
     return app
 
 
-async def _http_error(request: Request, error: StarletteHTTPException) -> Response:
+async def _http_error(request: Request, error: Exception) -> Response:
     """FastAPI answers 400 for a body that is not even UTF-8; to callers that is bad input: 422."""
+    assert isinstance(error, StarletteHTTPException), "registered for StarletteHTTPException only"
     if error.status_code == 400:
         detail = [{"type": "json_invalid", "loc": ["body"], "msg": f"request body is not valid JSON: {error.detail}", "input": None}]
         return JSONResponse(status_code=422, content={"detail": detail})

@@ -11,8 +11,8 @@ import time
 from typing import Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from shared.models import SCHEMA_VERSION, GpuInfo

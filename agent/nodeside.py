@@ -41,7 +41,7 @@ import sys
 import time
 
 # ftwiz:inline agent/procmatch.py (the controller sends this file with that module's text in place of the import)
-from agent.procmatch import alive as _alive  # noqa: E402
+from agent.procmatch import alive as _alive
 from agent.procmatch import cmdline as _cmdline
 from agent.procmatch import is_worker, proc_environ, worker_samples
 from agent.procmatch import run_processes as procmatch_run_processes
@@ -187,7 +187,7 @@ def cmd_dump(run_id, node, rundir=None):
         for pid, rank in sorted(roots.items(), key=lambda item: item[1]):
             try:
                 out = subprocess.run([spy, "dump", "--pid", str(pid), "--nonblocking"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, timeout=20).stdout.decode("utf-8", "replace")
+                                     stderr=subprocess.STDOUT, timeout=20, check=False).stdout.decode("utf-8", "replace")
             except (OSError, subprocess.SubprocessError) as exc:
                 out = "py-spy failed: %s" % exc
             spied.append({"pid": pid, "rank": rank})
@@ -282,7 +282,7 @@ def cmd_follow(rundir, node, offset, tick, child=None):
     gone_since = None
     waited_since = time.time()
     run_id = os.path.basename(os.path.normpath(rundir))
-    workers = []
+    workers = []  # type: list
     scans = 0
     if child is not None:
         pgid = child.pid

@@ -123,7 +123,7 @@ def worker_samples(workers, proc_root="/proc"):
     "io"}]`` where ``pid``/``state`` are the rank's root process (the one whose parent is not of the
     same rank: torchrun started it) and ``cpu``/``io`` the sums.
     """
-    by_rank = {}
+    by_rank = {}  # type: dict
     for pid, env in workers:
         rank = env.get("RANK", "")
         if not rank.isdigit():

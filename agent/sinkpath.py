@@ -18,7 +18,7 @@ import asyncio
 import hmac
 import json
 import time
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
@@ -71,7 +71,7 @@ class _SinkFastPath(asyncio.BufferedProtocol):
 
     def __init__(self, config: Any, server_state: Any, app_state: Any, _loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
         self._inner = self._inner_class(config=config, server_state=server_state, app_state=app_state, _loop=_loop)
-        self._transport: Optional[asyncio.Transport] = None
+        self._transport: asyncio.Transport  # set by connection_made, before any data arrives
         self._mode = "sniff"  # sniff -> inner (uvicorn) | head -> body -> done
         self._head = bytearray()
         self._buffer = bytearray(_SNIFF_BUFFER)
@@ -80,8 +80,8 @@ class _SinkFastPath(asyncio.BufferedProtocol):
 
     # -- asyncio protocol ---------------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        self._transport = transport  # type: ignore[assignment]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # a TCP connection's transport
         self._inner.connection_made(transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -164,13 +164,13 @@ class _SinkFastPath(asyncio.BufferedProtocol):
                 return
         if headers.get(b"expect", b"").lower() == b"100-continue":
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        self._body = _BodyCounter(chunked=chunked, length=int(length) if length is not None else 0)
+        body = self._body = _BodyCounter(chunked=chunked, length=int(length) if length is not None else 0)
         self._mode = "body"
         self._buffer = bytearray(_SINK_BUFFER)
         if rest:
             self._buffer[: len(rest)] = rest
             self._feed_body(0, len(rest))
-        elif self._body.done:
+        elif body.done:
             self._finish()
 
     def _on_deadline(self) -> None:
@@ -184,6 +184,7 @@ class _SinkFastPath(asyncio.BufferedProtocol):
 
     def _feed_body(self, start: int, end: int) -> None:
         body = self._body
+        assert body is not None, "the head parser sets the body counter before any body byte"
         try:
             body.feed(self._buffer, start, end)
         except ValueError as error:
@@ -198,6 +199,7 @@ class _SinkFastPath(asyncio.BufferedProtocol):
 
     def _finish(self) -> None:
         body = self._body
+        assert body is not None, "the head parser sets the body counter before the body ends"
         result = SinkResult(bytes_received=body.received, seconds=round(time.monotonic() - body.started, 4))
         self._respond(200, result.model_dump())
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Optional
 
 from prometheus_client import CollectorRegistry
 
@@ -34,7 +33,7 @@ class AgentState:
     reports: ReportCache = field(init=False)
     registry: CollectorRegistry = field(init=False)
     listeners: ListenerRegistry = field(init=False)
-    bandwidth_lock: Optional[asyncio.Lock] = None
+    bandwidth_lock: asyncio.Lock = field(init=False)
 
     def __post_init__(self) -> None:
         self.reports = ReportCache(self.sampler, node_name=self.settings.node_name)

@@ -76,6 +76,7 @@ def main() -> int:
 def _rundir(work: Path) -> Path:
     rundir = work / "rundir"
     shutil.copytree(REPO / "agent" / "workloads", rundir / PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copyfile(REPO / "shared" / "protocol.py", rundir / PACKAGE / "_wire.py")  # the line protocol, as the launcher ships it
     return rundir
 
 

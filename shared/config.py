@@ -8,6 +8,7 @@ values, so a user can fix the file without reading this code.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Literal, Optional, Union
 
 import tomlkit
@@ -71,10 +72,14 @@ class NodeConfig(_Section):
         return value
 
 
+_ALLREDUCE_SIZES_MB: list[float] = [1, 4, 16, 64, 256]
+"""allreduce message sizes by default, in MB (kept as written: the saved file shows ``[1, 4, ...]``)."""
+
+
 class JobConfig(_Section):
     """``[job]``: the workload and its hyper-parameters."""
 
-    workload: Literal["sft", "allreduce"] = Field("sft", description="sft (fine-tune) or allreduce (network check).")
+    workload: Literal["sft", "allreduce", "command"] = Field("sft", description="sft (fine-tune), allreduce (network check) or command (your own training code, see `command`).")
     model: str = Field("meta-llama/Llama-2-7b-hf", description="HF model id or local directory.")
     dataset: str = Field("data/train.jsonl", description="JSONL file: text, chat messages or instruction records.")
     method: Literal["full", "lora", "qlora"] = Field("qlora", description="full, lora or qlora (4-bit NF4, CUDA only).")
@@ -100,9 +105,49 @@ class JobConfig(_Section):
     logging_steps: int = Field(1, ge=1, description="Progress line every this many steps.")
     stall_timeout_s: float = Field(600, gt=0, description="Stop every rank when no progress line arrives for this long.")
     first_step_grace_s: float = Field(1800, gt=0, description="Longer stall allowance before the first step (model download, load).")
-    sizes_mb: list[float] = Field(default_factory=lambda: [1, 4, 16, 64, 256], description="allreduce: message sizes in MB.")
+    sizes_mb: list[float] = Field(default_factory=lambda: list(_ALLREDUCE_SIZES_MB), description="allreduce: message sizes in MB.")
     iterations: int = Field(20, ge=1, le=100_000, description="allreduce: timed iterations per size.")
     warmup_iterations: int = Field(5, ge=0, le=10_000, description="allreduce: untimed warm-up iterations per size.")
+
+    command: list[str] = Field(default_factory=list, description='workload = "command": your script and its arguments (["train.py", "--lr", "1e-4"]) or ["-m", "module", ...].')
+    code_dir: str = Field(".", description='workload = "command": directory shipped to every node (relative to ftwiz.toml); "" = already on every node.')
+    requires: list[str] = Field(default_factory=list, description='workload = "command": pip requirements your code needs ("trl>=0.20"), checked on every node.')
+    env: dict[str, str] = Field(default_factory=dict, description='workload = "command": extra environment for every rank, e.g. { WANDB_MODE = "offline" }.')
+    progress_regex: Optional[str] = Field(None, description="A regular expression with named groups step, loss, total (also lr, epoch) that finds progress in your code's own lines.")
+
+    @field_validator("command")
+    @classmethod
+    def _command_ok(cls, value: list[str]) -> list[str]:
+        return check_command(value)
+
+    @field_validator("requires")
+    @classmethod
+    def _requires_ok(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not REQUIREMENT_RE.match(item.strip()):
+                raise ValueError(f"{item!r} is not a pip requirement: write a package name with an optional version, e.g. \"trl>=0.20\" or \"transformers\"")
+        return [item.strip() for item in value]
+
+    @field_validator("env")
+    @classmethod
+    def _job_env_ok(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by torchrun/ftwiz for every rank; remove it from [job].env")
+        return value
+
+    @field_validator("progress_regex")
+    @classmethod
+    def _regex_ok(cls, value: Optional[str]) -> Optional[str]:
+        return check_progress_regex(value)
+
+    @model_validator(mode="after")
+    def _command_needed(self) -> "JobConfig":
+        if self.workload == "command" and not self.command:
+            raise ValueError('command: workload = "command" needs command = ["train.py", ...] (your script and its arguments) or ["-m", "package.module", ...]')
+        return self
 
     @field_validator("sizes_mb")
     @classmethod
@@ -110,6 +155,45 @@ class JobConfig(_Section):
         if not value or any(s <= 0 for s in value):
             raise ValueError("give at least one positive size in MB")
         return value
+
+
+#: One pip requirement: a name, optional extras, optional version specifiers (PEP 508 without markers).
+REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]+\])?\s*((===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*(,\s*(===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?$")
+#: Environment torchrun or ftwiz sets for every rank: ``[job].env`` may not override it.
+RESERVED_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
+                          "MASTER_PORT", "TORCHELASTIC_RUN_ID", "FTWIZ_RUN_ID", "FTWIZ_NODE", "CUDA_VISIBLE_DEVICES"})
+#: Named groups ``progress_regex`` may use.
+PROGRESS_GROUPS = ("step", "total", "loss", "lr", "epoch")
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def check_command(value: list[str]) -> list[str]:
+    """``[job].command``: a script path or ``-m module``, then arguments; raise ValueError with the fix."""
+    if not value:
+        return value
+    first = value[0]
+    if first == "-m":
+        if len(value) < 2 or not _MODULE_RE.match(value[1]):
+            raise ValueError('after "-m" give a module name, e.g. ["-m", "axolotl.cli.train", "cfg.yml"]')
+    elif first.startswith("-") or not first.strip():
+        raise ValueError(f'the first word must be your script (e.g. "train.py") or "-m" and a module, not {first!r}')
+    return value
+
+
+def check_progress_regex(value: Optional[str]) -> Optional[str]:
+    """``[job].progress_regex``: compiles, and its named groups are among :data:`PROGRESS_GROUPS`."""
+    if value is None or value == "":
+        return None
+    try:
+        pattern = re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    unknown = sorted(set(pattern.groupindex) - set(PROGRESS_GROUPS))
+    if unknown:
+        raise ValueError(f"unknown named group(s) {', '.join(unknown)}: use {', '.join(PROGRESS_GROUPS)}, e.g. r\"step (?P<step>\\d+) loss (?P<loss>[0-9.]+)\"")
+    if not {"step", "loss"} & set(pattern.groupindex):
+        raise ValueError("needs a named group step or loss, e.g. r\"step (?P<step>\\d+)/(?P<total>\\d+) loss (?P<loss>[0-9.]+)\"")
+    return value
 
 
 class NcclConfig(_Section):
@@ -207,7 +291,7 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
-        loc = [p for p in first["loc"]]
+        loc = list(first["loc"])
         if _is_gpus_union(loc):
             loc = [p for p in loc if not _is_union_tag(p)]
             message = 'must be "all", a GPU count (0 or more) or a list of GPU indices' + _got(first)
@@ -218,6 +302,9 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
             loc, message = _cross_loc(data, first), _explain(first)
         else:
             message = _explain(first)
+            inner = re.match(r"^([a-z_]+): (.*)$", message, re.S)
+            if inner and loc and loc[-1] == "job" and inner.group(1) in JobConfig.model_fields:
+                loc, message = [*loc, inner.group(1)], inner.group(2)
         field = _path(loc)
         raise ConfigError(source, message, line=locate_line(text, loc), field=field or None) from None
 
@@ -246,12 +333,12 @@ def _is_gpus_union(loc: list[Any]) -> bool:
     return "gpus" in loc and any(_is_union_tag(p) for p in loc[loc.index("gpus") + 1:])
 
 
-def _got(error: dict[str, Any]) -> str:
+def _got(error: Mapping[str, Any]) -> str:
     value = error.get("input")
     return f" (got {value!r})" if value is not None and not isinstance(value, (dict, list)) else ""
 
 
-def _cross_loc(data: dict[str, Any], error: dict[str, Any]) -> list[Any]:
+def _cross_loc(data: dict[str, Any], error: Mapping[str, Any]) -> list[Any]:
     """Where a whole-config check points: the repeated node name, or ``cluster.master``."""
     message = str(error.get("msg", ""))
     if "cluster.master" in message:
@@ -278,7 +365,7 @@ def _path(loc: list[Any]) -> str:
     return out
 
 
-def _explain(error: dict[str, Any]) -> str:
+def _explain(error: Mapping[str, Any]) -> str:
     message = error["msg"]
     ctx = error.get("ctx") or {}
     if error["type"] == "literal_error" and "expected" in ctx:

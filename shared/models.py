@@ -266,6 +266,16 @@ class RunStopResult(_Model):
     remaining: list[int] = Field(default_factory=list, description="Pids still alive after SIGKILL.")
 
 
+class KernelOomRecord(_Model):
+    """``GET /v1/kernel/oom/{pid}``: whether this node's kernel logged an OOM kill of ``pid``."""
+
+    pid: int
+    found: bool = Field(description="True when the kernel log holds an OOM-killer record of this pid.")
+    line: Optional[str] = Field(None, description="The kernel's line naming the pid (\"Killed process N (...)\").")
+    source: str = Field("", description="Where it was read: /dev/kmsg or journalctl -k.")
+    error: Optional[str] = Field(None, description="Why the kernel log could not be read (then found is false and means 'unknown').")
+
+
 class ErrorBody(_Model):
     """Error responses: ``{"detail": ...}``."""
 

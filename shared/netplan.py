@@ -121,7 +121,7 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-def _ip(text: Optional[str]) -> Optional[ipaddress._BaseAddress]:
+def _ip(text: Optional[str]) -> Optional[ipaddress.IPv4Address | ipaddress.IPv6Address]:
     if not text:
         return None
     try:
@@ -168,7 +168,7 @@ def _master_address(config: FtwizConfig, reports: Mapping[str, NodeReport], give
     return None
 
 
-def _nic_in_subnet(nic: NicInfo, target: ipaddress._BaseAddress) -> Optional[tuple[str, str]]:
+def _nic_in_subnet(nic: NicInfo, target: ipaddress.IPv4Address | ipaddress.IPv6Address) -> Optional[tuple[str, str]]:
     for addr in nic.addresses:
         ip = _ip(addr.address)
         if ip is None or ip.version != target.version or addr.prefixlen is None:
@@ -279,7 +279,7 @@ def _check_explicit(plan: InterfacePlan, node: str, spec: str, report: NodeRepor
     if not matches:
         plan.issues.append(NetIssue(
             "fail", node, f"socket_ifname {spec!r} matches no interface on {node} (it has: {available})",
-            f'set [nccl] socket_ifname to an interface every node has, or "auto"', topic="ifname",
+            'set [nccl] socket_ifname to an interface every node has, or "auto"', topic="ifname",
         ))
         return
     by_name = {n.name: n for n in report.nics}

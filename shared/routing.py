@@ -230,7 +230,7 @@ def _method_advice(arch: ModelArch, job: JobConfig, params: int, dp: int, free: 
     if smallest is not None:
         for method in ("full", "lora", "qlora"):
             trial = job.model_copy(update={"method": method})
-            sharding = "fsdp" if job.sharding == "fsdp" else "ddp"
+            sharding: Literal["ddp", "fsdp"] = "fsdp" if job.sharding == "fsdp" else "ddp"
             fits[method] = fit(estimate(arch, trial, dp_size=dp, sharding=sharding), free)
     current = fits.get(job.method)
     if job.method == "full" and dp == 1:

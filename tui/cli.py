@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+if TYPE_CHECKING:
+    from tui.local_agent import LocalAgent
 
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
@@ -29,6 +32,8 @@ a one-node cluster (a local agent is started and stopped for you).
 _EPILOG = """\
 exit codes: 0 = nothing failed (warnings allowed), 1 = a check failed, 2 = config or usage error.
 --json prints {"ok": bool, "cluster": {...}, "checks": [{"id","title","status","node","detail","hint"}]}.
+--why / --why-log exit 0 when they printed a diagnosis or found none, 2 for a missing run or unreadable file;
+--json with them prints {"diagnoses": [{"cause","node","rank","evidence","explanation","fix"}]}.
 """
 
 
@@ -42,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     actions.add_argument("--launch", action="store_true", help="run the checklist, then launch the job on every node")
     actions.add_argument("--attach", nargs="?", const="", metavar="RUN_ID", help="follow a running job (default: the latest run)")
     actions.add_argument("--stop", metavar="RUN_ID", help="stop every process of a run on every node")
-    parser.add_argument("--json", action="store_true", help="with --check: print the results as JSON on stdout")
+    actions.add_argument("--why", nargs="?", const="", metavar="RUN_ID", help="diagnose why a run failed (default: the latest run)")
+    actions.add_argument("--why-log", nargs="+", metavar="FILE", help="diagnose log files (a file named NODE.log is that node's log)")
+    parser.add_argument("--json", action="store_true", help="with --check, --why or --why-log: print JSON on stdout")
     parser.add_argument("--no-ssh", action="store_true", help="with --check: skip the SSH logins (and the checks that need them)")
     parser.add_argument("--yes", "-y", action="store_true", help="with --launch: do not ask for confirmation")
     parser.add_argument("--detach", action="store_true", help="with --launch: start the run and return")
@@ -69,8 +76,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                             ("--force", args.force)) if value]
     if launch_only and not args.launch:
         parser.error(f"{', '.join(launch_only)} only go with --launch")
-    if (args.json or args.no_ssh) and not args.check:
-        parser.error("--json and --no-ssh only go with --check")
+    why = args.why is not None or args.why_log is not None
+    if args.json and not (args.check or why):
+        parser.error("--json only goes with --check, --why or --why-log")
+    if args.no_ssh and not args.check:
+        parser.error("--no-ssh only goes with --check")
+    if why:
+        from tui.doctor.cli import why_main
+
+        return why_main(run_id=args.why, files=args.why_log, json_output=args.json, config_path=args.config)
 
     from shared.config import ConfigError
     from tui.config_io import load_config
@@ -100,7 +114,7 @@ class _local_agent:
 
     def __init__(self, config: Any) -> None:
         self.config = config
-        self.agent = None
+        self.agent: Optional[LocalAgent] = None
 
     def __enter__(self) -> "_local_agent":
         if not any(n.local for n in self.config.nodes):

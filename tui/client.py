@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import errno
-import ssl
 import os
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Generic, Optional, TypeVar, Union
@@ -34,6 +34,7 @@ from shared.models import (
     BandwidthProbeResult,
     ConnectProbeResult,
     Health,
+    KernelOomRecord,
     ListenProbeResult,
     NodeReport,
     RefreshResult,
@@ -353,6 +354,10 @@ class AgentClient:
         name = self._node(node).name
         path = f"/v1/runs/{quote(run_id, safe='')}/stop?node={quote(name, safe='')}"
         return await self._call(node, "POST", path, RunStopResult, timeout=max(self.timeout, 15.0))
+
+    async def kernel_oom(self, node: NodeRef, pid: int) -> AgentReply[KernelOomRecord]:
+        """``GET /v1/kernel/oom/{pid}``: the kernel's OOM-kill record of ``pid`` on ``node`` (the failure doctor)."""
+        return await self._call(node, "GET", f"/v1/kernel/oom/{int(pid)}", KernelOomRecord, timeout=max(self.timeout, 25.0))
 
     async def stop_run_everywhere(self, run_id: str) -> dict[str, AgentReply[RunStopResult]]:
         """:meth:`stop_run` on every node concurrently."""

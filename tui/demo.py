@@ -95,7 +95,7 @@ def _summarise_sft(run_dir: Path) -> None:
             if event.get("ftwiz") == "done" and event.get("adapter_path"):
                 adapter = event["adapter_path"]
     if losses:
-        print("loss by step: " + "  ".join(f"{s}:{l:.3f}" for s, l in losses))
+        print("loss by step: " + "  ".join(f"{step}:{loss:.3f}" for step, loss in losses))
         first, last = losses[0][1], losses[-1][1]
         verdict = "down" if last < first else "NOT down"
         print(f"loss went {verdict}: {first:.3f} -> {last:.3f}")

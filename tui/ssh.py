@@ -227,7 +227,7 @@ def connect(node: NodeConfig, cluster: ClusterConfig, *, timeout: Optional[float
         raise _explain(exc, node, target, policy) from None
     transport = client.get_transport()
     if transport is not None:
-        transport.set_keepalive(max(1, int(round(cluster.ssh_keepalive_s))))
+        transport.set_keepalive(max(1, round(cluster.ssh_keepalive_s)))
     return client
 
 

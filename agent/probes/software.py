@@ -14,7 +14,6 @@ import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
 
 from shared.models import SoftwareVersions
 

@@ -52,7 +52,7 @@ async def connect(host: str, port: int, timeout_s: float, *, allow: Sequence[IpN
     except (OSError, UnicodeError, ValueError) as error:
         return ConnectProbeResult(host=host, port=port, reachable=False, error=f"cannot resolve {host!r}: {_reason(error)}")
     family, _, _, _, sockaddr = infos[0]
-    resolved = sockaddr[0]
+    resolved = str(sockaddr[0])  # the address (getaddrinfo types the tuple loosely)
     started = time.perf_counter()
     try:
         remaining = max(0.001, deadline - time.monotonic())

@@ -9,9 +9,10 @@ from shared.models import RunStopResult
 
 from ..dependencies import get_state
 from ..reaper import RUN_ID_PATTERN, stop_run
+from ..state import AgentState
 
 NODE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-from ..state import AgentState
+"""Node names as the config allows them."""
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 

@@ -61,6 +61,7 @@ def run_spec(path: str, *, resume: str | None = None) -> int:
 
             code = allreduce.run(spec, ranks, backend)
         else:
+            assert plan is not None, "preflight ran for every sft workload above"
             code = sft.run(spec, ranks, plan)
     except WorkloadError as exc:
         report_error(exc.message, rank=ranks.rank)

@@ -46,7 +46,7 @@ def read_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
 def _parse(path: Path, number: int, line: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise WorkloadError(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno}); {SHAPES_HINT}") from None
     where = f"{path} line {number}"
     if not isinstance(record, dict):
@@ -105,7 +105,7 @@ def tokenize_records(records: list[tuple[int, dict[str, Any]]], tokenizer, seq_l
             raise WorkloadError(f"record at line {number}: the tokenizer's chat template rejected it: {exc}") from None
         ids = tokenizer(text, add_special_tokens=True, truncation=True, max_length=seq_len)["input_ids"]
         if eos is not None and (not ids or ids[-1] != eos) and len(ids) < seq_len:
-            ids = ids + [eos]
+            ids = [*ids, eos]
         if ids:
             examples.append(ids)
     return examples

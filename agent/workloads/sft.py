@@ -253,7 +253,10 @@ def _load_model(spec: Spec, plan: Plan, ranks: Ranks):
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     config = LoraConfig(
-        r=int(spec["lora_r"]), lora_alpha=float(spec["lora_alpha"]), lora_dropout=float(spec["lora_dropout"]),
+        r=int(spec["lora_r"]),
+        # peft annotates lora_alpha as int but only divides by it (scaling = alpha / r): a fractional alpha is kept.
+        lora_alpha=float(spec["lora_alpha"]),  # type: ignore[arg-type]
+        lora_dropout=float(spec["lora_dropout"]),
         target_modules=list(spec["target_modules"]), bias="none", task_type="CAUSAL_LM",
     )
     try:

@@ -17,6 +17,7 @@ import os
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>")
 CHAT_TEMPLATE = (
@@ -116,6 +117,7 @@ def make_tiny_dataset(path: str | os.PathLike, *, records: int = 300, formats: t
         start, length = rng.randint(0, 40), rng.randint(6, 12)
         numbers = " ".join(str(n) for n in range(start, start + length))
         word = rng.choice(["ab", "abc", "xyz", "hey", "ok"])
+        record: dict[str, Any]
         if kind == "text":
             record = {"text": f"count: {numbers}. say {word} {word} {word} {word}."}
         elif kind == "chat":

@@ -10,6 +10,7 @@ import importlib.metadata as metadata
 import json
 import platform
 import sys
+from typing import Any
 
 MARKER = "FTWIZ-SOFTWARE:"
 """Prefix of the result line; anything the interpreter prints before it (site hooks, warnings) is ignored."""
@@ -23,7 +24,7 @@ def version(name):
 
 
 def versions():
-    out = {"python": platform.python_version()}
+    out: dict[str, Any] = {"python": platform.python_version()}
     for name in ("transformers", "peft", "bitsandbytes", "accelerate"):
         out[name] = version(name)
     if version("torch") is None:

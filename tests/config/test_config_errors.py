@@ -37,7 +37,7 @@ def test_unknown_key_names_field_and_line():
     ("text", "field", "line", "allowed"),
     [
         (NODE + '[job]\nmethod = "qlora2"\n', "job.method", 5, "must be one of 'full', 'lora' or 'qlora' (got 'qlora2')"),
-        (NODE + '[job]\nworkload = "pretrain"\n', "job.workload", 5, "must be one of 'sft' or 'allreduce'"),
+        (NODE + '[job]\nworkload = "pretrain"\n', "job.workload", 5, "must be one of 'sft', 'allreduce' or 'command'"),
         (NODE + '[job]\nprecision = "int4"\n', "job.precision", 5, "must be one of 'bf16', 'fp16' or 'fp32'"),
         (NODE + '[job]\noptimizer = "sgd"\n', "job.optimizer", 5, "'adamw', 'adamw_8bit' or 'paged_adamw_8bit'"),
         (NODE + '[nccl]\nib = "yes"\n', "nccl.ib", 5, "must be one of 'auto', 'on' or 'off' (got 'yes')"),

@@ -8,21 +8,22 @@ screens, so a step keeps its state when you leave it and come back.
 from __future__ import annotations
 
 import asyncio
-import threading
+import contextlib
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
-from pydantic import ValidationError
 from textual import work
 from textual.app import App
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.reactive import Reactive, reactive
 
 from shared.config import ConfigError, FtwizConfig, NodeConfig
+from tui.app import config_edit
 from tui.app.checklist_state import ChecklistState
 from tui.app.cluster_state import ClusterState
+from tui.app.engines import new_run
 from tui.app.launch_session import LaunchSession
-from tui.app.messages import ClusterUpdated, ConfigChanged, RunUpdated
+from tui.app.messages import ClusterUpdated, ConfigChanged, RunEventArrived, RunUpdated
 from tui.app.screens.checklist_screen import ChecklistScreen
 from tui.app.screens.cluster_screen import ClusterScreen
 from tui.app.screens.confirm_screen import ConfirmScreen
@@ -31,6 +32,7 @@ from tui.app.screens.job_screen import JobScreen
 from tui.app.screens.launch_screen import LaunchScreen
 from tui.app.screens.step_screen import StepScreen
 from tui.app.steps import STEPS
+from tui.launch.events import LogLine, RunFinished
 
 __all__ = ["FtwizApp"]
 
@@ -54,8 +56,9 @@ class FtwizApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "ftwiz"
-    SCREENS = {"cluster": ClusterScreen, "job": JobScreen, "checklist": ChecklistScreen, "launch": LaunchScreen}
-    BINDINGS = [
+    SCREENS: ClassVar[dict[str, Any]] = {
+        "cluster": ClusterScreen, "job": JobScreen, "checklist": ChecklistScreen, "launch": LaunchScreen}
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help"),
         Binding("ctrl+s", "save", "Save"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -144,10 +147,8 @@ class FtwizApp(App[int]):
                 await self.poll_once()
                 if self.poll_limit is not None and self.cluster.polls >= self.poll_limit:
                     return
-                try:
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._poll_wakeup.wait(), timeout=self.poll_interval)
-                except asyncio.TimeoutError:
-                    pass
                 self._poll_wakeup.clear()
         finally:
             self._poll_task_done = True
@@ -216,35 +217,15 @@ class FtwizApp(App[int]):
 
     def node_problem(self, node: NodeConfig, *, replacing: Optional[str]) -> Optional[str]:
         """Why ``node`` cannot go into the config (duplicate name, master), or None."""
-        try:
-            self._with_node(node, replacing)
-        except ValidationError as exc:
-            return "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-        return None
+        return config_edit.node_problem(self.config, node, replacing)
 
     def put_node(self, node: NodeConfig, *, replacing: Optional[str]) -> None:
         """Add ``node``, or replace the node called ``replacing``."""
-        self.set_config(self._with_node(node, replacing), "nodes")
+        self.set_config(config_edit.with_node(self.config, node, replacing), "nodes")
 
     def remove_node(self, name: str) -> None:
         """Remove the node called ``name`` (a master that goes with it falls back to the first node)."""
-        data = self.config.model_dump()
-        data["nodes"] = [n for n in data["nodes"] if n["name"] != name]
-        if data["cluster"].get("master") == name:
-            data["cluster"]["master"] = None
-        self.set_config(FtwizConfig.model_validate(data), "nodes")
-
-    def _with_node(self, node: NodeConfig, replacing: Optional[str]) -> FtwizConfig:
-        data = self.config.model_dump()
-        nodes = data["nodes"]
-        fresh = node.model_dump()
-        if replacing is None:
-            nodes.append(fresh)
-        else:
-            nodes[[n["name"] for n in nodes].index(replacing)] = fresh
-            if data["cluster"].get("master") == replacing:
-                data["cluster"]["master"] = node.name
-        return FtwizConfig.model_validate(data)
+        self.set_config(config_edit.without_node(self.config, name), "nodes")
 
     def _is_dirty(self) -> bool:
         return self.config.model_dump_json() != self._saved_dump
@@ -291,8 +272,7 @@ class FtwizApp(App[int]):
     @work(thread=True, exclusive=True, group="run")
     def _supervise(self, config: FtwizConfig, resume: bool) -> None:
         """Launch and supervise on this worker thread, as ``ftwiz --launch`` does on its main thread."""
-        from tui.app.engines import new_run
-        from tui.launch.run import LaunchError
+        from tui.launch.run import LaunchError  # the launcher is loaded when a run starts, not with the app
 
         try:
             run = new_run(self, config, resume=resume)
@@ -331,15 +311,14 @@ class FtwizApp(App[int]):
             run.request_stop("stopped from the wizard")
 
     def run_event(self, event: Any) -> None:
-        """Take one launcher event (any thread) onto the UI thread."""
-        if self._thread_id == threading.get_ident():
-            self._apply_run_event(event)
-        elif self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._apply_run_event, event)
+        """Take one launcher event (any thread) onto the UI thread: ``post_message`` is Textual's thread-safe way."""
+        try:
+            self.post_message(RunEventArrived(event))
+        except RuntimeError:  # the app's event loop closed as it quit; the run's own log still has the event
+            pass
 
-    def _apply_run_event(self, event: Any) -> None:
-        from tui.launch.events import LogLine, RunFinished
-
+    def on_run_event_arrived(self, message: RunEventArrived) -> None:
+        event = message.event
         try:
             self.launch.apply(event)
         except Exception as exc:  # a display bug must not lose the run's later events (or the app)
@@ -349,9 +328,12 @@ class FtwizApp(App[int]):
 
     # ------------------------------------------------------------------ quitting
 
-    @work(exclusive=True, group="quit")
     async def action_quit(self) -> None:
-        """Quit; with unsaved changes, ask first (save, discard or stay)."""
+        """Quit; with a run going or unsaved changes, ask first."""
+        self._quit_after_asking()
+
+    @work(exclusive=True, group="quit")
+    async def _quit_after_asking(self) -> None:
         if isinstance(self.screen, ConfirmScreen):
             return
         if self.launch.active:

@@ -7,17 +7,18 @@ the engine, keeps its results for the screen, and answers "may we launch?" from 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from rich.text import Text
 
 from shared.config import FtwizConfig
 from tui.app.render import Palette
 
-if TYPE_CHECKING:
-    from tui.app.app import FtwizApp
+__all__ = ["ChecklistEngine", "ChecklistState"]
 
-__all__ = ["ChecklistState"]
+ChecklistEngine = Callable[[FtwizConfig, Optional[str], Callable[[int, int, list[str]], None]], Awaitable[Any]]
+"""``engine(config, only, progress)`` → a ``ChecklistRun``; ``progress(done, total, still_running_ids)``
+(the wizard passes :func:`tui.app.engines.run_checks` bound to the app)."""
 
 
 class ChecklistState:
@@ -99,11 +100,9 @@ class ChecklistState:
             text.append("  ready to launch (l)", style=f"bold {palette.ok}")
         return text
 
-    async def run(self, app: "FtwizApp", *, only: Optional[str], on_change: Callable[[], None]) -> None:
-        """Run every check (or just ``only``) through the engine; ``on_change`` redraws as they finish."""
-        from tui.app.engines import run_checks
-
-        config = app.config
+    async def run(self, config: FtwizConfig, engine: ChecklistEngine, *, only: Optional[str],
+                  on_change: Callable[[], None]) -> None:
+        """Run every check (or just ``only``) over ``config`` through ``engine``; ``on_change`` redraws as they finish."""
         self.in_progress, self.error = True, None
         self.done, self.total = 0, 0
         previous = list(self.results)
@@ -117,7 +116,7 @@ class ChecklistState:
 
         on_change()
         try:
-            checked = await run_checks(app, config, only=only, progress=progress)
+            checked = await engine(config, only, progress)
         except Exception as exc:  # the engine failed as a whole: say so, keep the old results
             self.error = f"{type(exc).__name__}: {exc}"
             self.results = previous

@@ -13,8 +13,8 @@ from shared.config import FtwizConfig
 from tui.app.widgets.job.fit_chart import FitRow
 
 if TYPE_CHECKING:
-    from tui.app.app import FtwizApp
     from tui.app.cluster_state import ClusterState
+    from tui.app.wizard import Wizard
 
 __all__ = ["JobPlan", "check_ids", "check_title", "new_run", "plan_job", "run_checks"]
 
@@ -36,7 +36,7 @@ def check_title(check_id: str) -> str:
 
 
 async def run_checks(
-    app: "FtwizApp",
+    app: "Wizard",
     config: FtwizConfig,
     *,
     only: Optional[str],
@@ -159,7 +159,7 @@ def _advice(config: FtwizConfig, inventory: dict[str, list[Any]], arch: Any, rep
         return [], f"routing failed: {type(exc).__name__}: {exc}"
 
 
-def new_run(app: "FtwizApp", config: FtwizConfig, *, resume: bool) -> Any:
+def new_run(app: "Wizard", config: FtwizConfig, *, resume: bool) -> Any:
     """A :class:`tui.launch.run.Run` for ``config``, prepared as ``ftwiz --launch`` prepares it
     (:func:`tui.launch.prepare.new_run`): the checklist's reports (else the poller's latest), its
     interface plan, and the checklist's rendezvous-port listener to wait out before torchrun starts.

@@ -56,7 +56,7 @@ class LaunchSession:
         self.run, self.result, self.snapshot, self.run_id, self.error = None, None, None, None, None
         self.lines = {n: deque(maxlen=KEEP_LINES) for n in nodes}
         self.unseen = {n: [] for n in nodes}
-        self.node_states = {n: ("waiting", "") for n in nodes}
+        self.node_states = dict.fromkeys(nodes, ("waiting", ""))
         self.losses, self.tokens_per_s, self.notes = [], [], []
 
     def apply(self, event: Any) -> None:
@@ -101,9 +101,9 @@ def _readable(text: str) -> Optional[str]:
     from tui.launch.progress import parse_protocol
 
     obj = parse_protocol(text)
-    kind = obj.get("ftwiz") if obj is not None else None
-    if kind is None:
+    if obj is None or obj.get("ftwiz") is None:
         return text
+    kind = obj["ftwiz"]
     if kind == "started":
         return (f"started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, "
                 f"pid {obj.get('pid')}, {obj.get('backend')})")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from textual.message import Message
 
-__all__ = ["ClusterUpdated", "ConfigChanged", "RunUpdated"]
+__all__ = ["ClusterUpdated", "ConfigChanged", "RunEventArrived", "RunUpdated"]
 
 
 @dataclass
@@ -31,3 +32,15 @@ class RunUpdated(Message):
 
     finished: bool = False
     """The run is over."""
+
+
+@dataclass
+class RunEventArrived(Message):
+    """One launcher event (``LogLine``, ``ProgressChanged``, ``RunFinished``, ...), posted from the run's thread.
+
+    The app posts it to itself with the thread-safe ``post_message`` and folds it into ``app.launch`` on the UI
+    thread.
+    """
+
+    event: Any
+    """The event as the launcher emitted it (:mod:`tui.launch.events`)."""

@@ -106,7 +106,8 @@ def resample(values: Sequence[Optional[float]], window: int, width: int) -> list
     so a history that has just started grows from the right edge.
     """
     width = max(width, 1)
-    slots: list[Optional[float]] = [None] * max(window - len(values), 0) + list(values)[-window:]
+    missing: list[Optional[float]] = [None] * max(window - len(values), 0)
+    slots = missing + list(values)[-window:]
     cells: list[Optional[float]] = []
     for cell in range(width):
         chunk = [v for v in slots[cell * len(slots) // width:(cell + 1) * len(slots) // width] if v is not None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from shared.version import __version__
-from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.checks.base import CheckContext, CheckResult, Status, check, result
 
 MAX_SKEW_S = 1.0
 """Largest clock difference between nodes that keeps logs, checkpoints and NCCL timeouts coherent."""
@@ -17,8 +17,8 @@ def agent_reachable(ctx: CheckContext) -> list[CheckResult]:
     rows = []
     for node in ctx.config.nodes:
         status = ctx.statuses[node.name]
-        if status.up:
-            report = status.report
+        report = status.report
+        if status.up and report is not None:
             rtt = f", {status.rtt_s * 1000:.0f} ms" if status.rtt_s is not None else ""
             rows.append(result("agent.reachable", "agent reachable and authorized", "pass", node.name,
                                f"{status.url} up (agent {report.agent_version}, host {report.hostname}{rtt})"))
@@ -68,7 +68,7 @@ def clock_skew(ctx: CheckContext) -> list[CheckResult]:
             rows.append(ctx.down_skip("clock.skew", title, node))
             continue
         if node.name == master or reference is None:
-            status = "pass" if abs(offset) <= MAX_SKEW_S else "warn"
+            status: Status = "pass" if abs(offset) <= MAX_SKEW_S else "warn"
             detail = f"{offset:+.3f} s vs this machine"
             hint = "" if status == "pass" else (
                 f"this machine's clock or {node.name}'s is off: run `sudo timedatectl set-ntp true` on both "

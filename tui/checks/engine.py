@@ -27,7 +27,7 @@ Progress = Callable[[str, int, int], None]
 
 ORDER = [
     "agent.reachable", "agent.version", "ssh.auth", "gpu.present", "gpu.processes", "gpu.ecc", "gpu.throttle",
-    "env.packages", "env.parity", "mem.fit", "disk.free", "clock.skew", "net.subnet", "net.ifname", "net.mtu",
+    "env.packages", "env.parity", "job.code", "job.requires", "mem.fit", "disk.free", "clock.skew", "net.subnet", "net.ifname", "net.mtu",
     "net.ib", "net.latency", "net.bandwidth", "net.master_address", "rendezvous.port_free", "rendezvous.reachable",
     "data.reachable", "plan.batch", "plan.hetero", "plan.advice",
 ]
@@ -47,7 +47,7 @@ async def _run_one(spec: CheckSpec, ctx: CheckContext, timeout: float) -> list[C
     except asyncio.TimeoutError:
         return [result(spec.id, spec.title, "warn", None, f"check did not finish within {timeout:g} s",
                        "run `ftwiz --check` again; if it persists, a node's agent is too slow to answer probes")]
-    except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others' rows
+    except Exception as exc:  # one broken check must not hide the others' rows
         # A crashed check proved nothing: fail rather than let a launch go ahead on an unchecked item.
         return [result(spec.id, spec.title, "fail", None, f"check crashed: {type(exc).__name__}: {exc}",
                        "this is an ftwiz bug: please report it with the output of `ftwiz --check --json`; "
@@ -98,10 +98,10 @@ async def run_checklist_full(
     id starts with one of the given prefixes. ``options`` tunes probes: ``bandwidth_seconds`` (1.0),
     ``connect_timeout_s`` (3.0), ``listen_ttl_s`` (connect timeout + 3).
     """
-    from tui.client import AgentClient
     from tui.checks.ssh_checks import gather_ssh
+    from tui.client import AgentClient
 
-    import tui.checks  # noqa: F401 - registers every check
+    # CHECKS holds every check: importing this module ran tui/checks/__init__.py first, which imports them all.
 
     own_client = client is None
     client = client or AgentClient(config)

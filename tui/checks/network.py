@@ -13,7 +13,7 @@ from typing import Optional
 
 from shared import netplan
 from shared.config import NodeConfig
-from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.checks.base import CheckContext, CheckResult, Status, check, result
 
 MAX_LATENCY_MS = 10.0
 """TCP connect time to the master above which collectives and the rendezvous will crawl."""
@@ -38,7 +38,7 @@ async def interface_plan(ctx: CheckContext) -> netplan.InterfacePlan:
             for node in ctx.config.nodes:
                 if node.name != ctx.master.name and ctx.report(node) is not None:
                     reply = await ctx.connect_to_master(node)
-                    if reply.ok and reply.value.resolved:
+                    if reply.value is not None and reply.value.resolved:
                         address = reply.value.resolved
                         break
         return netplan.resolve_interfaces(ctx.config, ctx.reports, master_address=address)
@@ -89,7 +89,7 @@ async def ifname(ctx: CheckContext) -> list[CheckResult]:
             if issues:
                 rows.extend(_issue_rows("net.ifname", title, issues))
             else:
-                rows.append(result("net.ifname", title, "pass", node.name, f"{spec!r} selects {', '.join(chosen.nccl_matches)}"))
+                rows.append(result("net.ifname", title, "pass", node.name, f"{spec!r} selects {', '.join(chosen.nccl_matches if chosen else [])}"))
         elif chosen and chosen.ifname:
             rows.append(result("net.ifname", title, "pass", node.name, f"auto: NCCL_SOCKET_IFNAME=={chosen.ifname} (exact), GLOO_SOCKET_IFNAME={chosen.ifname}"))
         else:
@@ -155,7 +155,7 @@ async def latency(ctx: CheckContext) -> list[CheckResult]:
             rows.append(ctx.down_skip("net.latency", title, node))
             continue
         reply = await ctx.connect_to_master(node)
-        if not reply.ok:
+        if reply.value is None:
             rows.append(result("net.latency", title, "skip", node.name, f"probe failed: {reply.error}", reply.hint))
         elif not reply.value.reachable:
             rows.append(result("net.latency", title, "fail", node.name,
@@ -163,7 +163,7 @@ async def latency(ctx: CheckContext) -> list[CheckResult]:
                                f"check the route and firewall between {node.name} and {ctx.master.name} (from {node.name}: nc -vz {ctx.master.host} {port})"))
         else:
             ms = reply.value.latency_ms or 0.0
-            status = "pass" if ms <= MAX_LATENCY_MS else "warn"
+            status: Status = "pass" if ms <= MAX_LATENCY_MS else "warn"
             rows.append(result("net.latency", title, status, node.name, f"TCP connect to {ctx.master.name} in {ms:.2f} ms",
                                "" if status == "pass" else "put the nodes on one LAN segment; collectives over a slow path stall every step"))
     return rows
@@ -186,7 +186,7 @@ async def master_address(ctx: CheckContext) -> list[CheckResult]:
         if ctx.report(node) is None:
             continue
         reply = await ctx.connect_to_master(node)
-        if reply.ok and reply.value.resolved:
+        if reply.value is not None and reply.value.resolved:
             resolved[node.name] = reply.value.resolved
     for name, address in resolved.items():
         if netplan.is_loopback_host(address):
@@ -228,13 +228,13 @@ async def bandwidth(ctx: CheckContext) -> list[CheckResult]:
             rows.append(ctx.down_skip("net.bandwidth", title, node if ctx.report(node) is None else ctx.master))
             continue
         reply = await ctx.client.probe_bandwidth(node, peer, seconds)
-        if not reply.ok or reply.value.error:
-            why = reply.error if not reply.ok else reply.value.error
+        if reply.value is None or reply.value.error:
+            why = reply.error if reply.value is None else reply.value.error
             rows.append(result("net.bandwidth", title, "warn", node.name, f"bandwidth probe to {ctx.master.name} failed: {why}",
                                reply.hint or f"check the path from {node.name} to {peer}"))
             continue
         gbit = reply.value.gbit_per_s
-        status = "pass" if gbit >= MIN_BANDWIDTH_GBIT else "warn"
+        status: Status = "pass" if gbit >= MIN_BANDWIDTH_GBIT else "warn"
         rows.append(result("net.bandwidth", title, status, node.name,
                            f"{gbit:.2f} Gbit/s to {ctx.master.name} over {reply.value.seconds:.1f} s (HTTP stream)",
                            "" if status == "pass" else

@@ -41,7 +41,7 @@ async def rendezvous(ctx: CheckContext) -> list[CheckResult]:
                        f"port {port} is in use on {master.name}: torchrun could not start its store there",
                        f"find the holder on {master.name}: sudo ss -ltnp 'sport = :{port}' — stop it (a leftover torchrun?) "
                        f"or set [cluster] rendezvous_port to a free port")]
-    if not listen.ok:
+    if listen.value is None:
         return [result("rendezvous.port_free", free_title, "fail" if listen.state.value == "up" else "skip", master.name,
                        f"listen probe failed: {listen.error}", listen.hint)]
     ctx.notes["rendezvous_listener_until"] = listen.value.expires_at
@@ -71,11 +71,11 @@ async def _connect_all(ctx: CheckContext, others: list, port: int, timeout: floa
 
     answers = await asyncio.gather(*(probe(n) for n in others))
     # A busy node may dial after the short-lived test listener has closed: re-arm it once for those.
-    expired = [n for n, reply in answers if reply is not None and reply.ok and not reply.value.reachable
+    expired = [n for n, reply in answers if reply is not None and reply.value is not None and not reply.value.reachable
                and time.time() >= expires_at - 0.5]
     if expired:
         again = await ctx.client.probe_listen(master, port, ttl)
-        if again.ok:
+        if again.value is not None:
             ctx.notes["rendezvous_listener_until"] = again.value.expires_at
             retried = {n.name: reply for n, reply in await asyncio.gather(*(probe(n) for n in expired))}
             answers = [(n, retried.get(n.name, reply)) for n, reply in answers]

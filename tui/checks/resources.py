@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from shared.config import FtwizConfig, NodeConfig
 from shared.models import DiskInfo, NodeReport
-from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.checks.base import CheckContext, CheckResult, Status, check, result
 from tui.checks.gpus import selected_gpus
 from tui.jobshape import world_size
 
@@ -91,7 +91,7 @@ def disk_free(ctx: CheckContext) -> list[CheckResult]:
     arch = resolve_arch(ctx.config).arch if job.workload == "sft" else None
     try:
         per_ckpt = checkpoint_bytes(ctx.config, arch)
-    except Exception:  # noqa: BLE001 - a catalog quirk must not hide the disk figures
+    except Exception:  # a catalog quirk must not hide the disk figures
         per_ckpt = None
     needed = MIN_FREE_BYTES + 3 * (per_ckpt or 0)
     rows = []
@@ -199,14 +199,15 @@ def free_per_gpu(config: FtwizConfig, reports: Mapping[str, Any]) -> list[int]:
     return free
 
 
-_STATUS = {"fits": "pass", "tight": "warn", "won't fit": "fail"}
+_STATUS: dict[str, Status] = {"fits": "pass", "tight": "warn", "won't fit": "fail"}
 
 
 def _fit_row(estimator, est, node: NodeConfig, gpus: list, source: str) -> CheckResult:
     """One row per node: the worst GPU decides; the detail lists every GPU."""
     title = "memory fit per GPU"
     order = {"pass": 0, "warn": 1, "fail": 2}
-    worst, worst_verdict, parts = "pass", None, []
+    worst: Status = "pass"
+    worst_verdict, parts = None, []
     for gpu in gpus:
         free = gpu.memory_free_bytes if gpu.memory_free_bytes is not None else gpu.memory_total_bytes
         if free is None:

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from shared.config import FtwizConfig
 from shared.models import NodeReport
-from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.checks.base import CheckContext, CheckResult, Status, check, result
 
 _NOT_INSTALLED = "not installed"
 
@@ -21,8 +21,8 @@ _NOT_INSTALLED = "not installed"
 def required_packages(config: FtwizConfig) -> list[str]:
     """Packages the job imports on every node."""
     job = config.job
-    if job.workload == "allreduce":
-        return ["torch"]
+    if job.workload in ("allreduce", "command"):
+        return ["torch"]  # your own code's packages: [job].requires, checked by job.requires
     needed = ["torch", "transformers", "peft"]
     if job.method == "qlora" or job.optimizer in ("adamw_8bit", "paged_adamw_8bit"):
         needed.append("bitsandbytes")
@@ -37,7 +37,7 @@ def _pip_hint(package: str, version: Optional[str], python: str, node: str) -> s
 
 
 # (label, how to read it from a report, status on mismatch, pip package to reinstall or None)
-_COMPONENTS: list[tuple[str, Callable[[NodeReport], Optional[str]], str, Optional[str]]] = [
+_COMPONENTS: list[tuple[str, Callable[[NodeReport], Optional[str]], Status, Optional[str]]] = [
     ("Python", lambda r: r.software.python if r.software else None, "fail", None),
     ("torch", lambda r: r.software.torch if r.software else None, "fail", "torch"),
     ("torch CUDA build", lambda r: (r.software.torch_cuda or "cpu") if r.software and r.software.torch else None, "fail", "torch"),

@@ -94,7 +94,7 @@ def _probe_node(node: NodeConfig, config: FtwizConfig, timeout: float) -> SshOut
             else:
                 outcome.paths = {p: flags[i] == "1" for i, p in enumerate(paths)}
                 outcome.hf_cache = {m: flags[len(paths) + i] == "1" for i, m in enumerate(hf_ids)}
-    except (TimeoutError, OSError, Exception) as exc:  # noqa: BLE001 - any SSH channel failure is a row, not a crash
+    except (TimeoutError, OSError, Exception) as exc:  # any SSH channel failure is a row, not a crash
         outcome.path_error = f"{type(exc).__name__}: {exc}"
     finally:
         client.close()

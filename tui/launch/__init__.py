@@ -10,7 +10,7 @@
 Importing this package imports neither paramiko nor torch.
 """
 
-from tui.launch.events import (  # noqa: E402 - re-exported for the TUI
+from tui.launch.events import (
     Event,
     LogLine,
     NodeState,
@@ -21,8 +21,8 @@ from tui.launch.events import (  # noqa: E402 - re-exported for the TUI
     RunNote,
     RunResult,
 )
-from tui.launch.progress import ProgressSnapshot, format_progress  # noqa: E402
-from tui.launch.run import LaunchError, Run, RunOptions  # noqa: E402
+from tui.launch.progress import ProgressSnapshot, format_progress
+from tui.launch.run import LaunchError, Run, RunOptions
 
 __all__ = [
     "Event",

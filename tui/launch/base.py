@@ -19,7 +19,17 @@ from concurrent.futures import Future
 from typing import Any, Callable, Mapping, Optional
 
 from shared.config import FtwizConfig
-from tui.launch.events import Event, LogLine, NodeState, NodeStateChanged, Observer, ProgressChanged, RunFinished, RunNote, RunResult
+from tui.launch.events import (
+    Event,
+    LogLine,
+    NodeState,
+    NodeStateChanged,
+    Observer,
+    ProgressChanged,
+    RunFinished,
+    RunNote,
+    RunResult,
+)
 from tui.launch.failure import FailureTracker
 from tui.launch.messages import NodeEnded, NodeLine, NodeLost, NodePgid, RankSamples, RunnerMessage
 from tui.launch.options import RunOptions
@@ -223,6 +233,15 @@ class RunCore:
 
     # ------------------------------------------------------------------ the end
 
+    def _diagnose(self) -> None:
+        """The failure doctor: ``diagnoses`` in run.json, the first one as a note (printed at the end)."""
+        from tui.doctor.hook import diagnose_finished_run
+
+        diagnoses, versions, first = diagnose_finished_run(self.record.dir, self.record.data, self.config, self.reports)
+        self.record.update(diagnoses=diagnoses, versions=versions, save=False)
+        if first:
+            self._note(first, "error")
+
     def _finish(self, result: RunResult, *, save: bool = True) -> RunResult:
         """Record ``result`` (unless ``save`` is false: a record that must stay as it was), close, tell."""
         self._finished = result
@@ -246,6 +265,8 @@ class RunCore:
             )
             if self.progress.ranks:
                 self._save_ranks()
+            if result.status == RunStatus.FAILED:
+                self._diagnose()
             self.record.save()
         self._close_runners()
         self.record.close()

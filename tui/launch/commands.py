@@ -16,13 +16,15 @@ import threading
 from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
+from tui.doctor.hook import WHY_PREFIX
 from tui.exitcodes import EXIT_FAILED, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
-from tui.launch.progress import format_progress, parse_protocol
 from tui.launch.prepare import new_run, resume_from
+from tui.launch.progress import format_progress, parse_protocol
 from tui.launch.record import latest_run_id, load_record, runs_dir
 from tui.launch.run import LaunchError, Run, RunOptions
 from tui.launch.status import RunStatus
+from tui.launch.trainer_output import BarCollapser
 
 __all__ = ["HeadlessPrinter", "attach", "launch", "stop"]
 
@@ -46,6 +48,8 @@ class HeadlessPrinter:
         self.show_protocol = show_protocol
         self._lock = threading.Lock()
         self._last_progress = ""
+        self._bars = BarCollapser()  # a tqdm bar prints once, not once per carriage return
+        self._why = ""
 
     def __call__(self, event: Event) -> None:
         with self._lock:
@@ -55,14 +59,15 @@ class HeadlessPrinter:
         if isinstance(event, LogLine):
             obj = parse_protocol(event.text)
             kind = obj.get("ftwiz") if obj is not None else None
-            if kind is not None and not self.show_protocol:
+            if obj is not None and kind is not None and not self.show_protocol:
                 if kind == "started":
                     print(f"{event.prefix} | started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, pid {obj.get('pid')}, {obj.get('backend')})", file=self.out, flush=True)
                 elif kind == "note":
                     print(f"{event.prefix} | note: {obj.get('message')}", file=self.out, flush=True)
                 # error lines repeat on stderr as "ftwiz: error ..."; the rest is summarised as progress
                 return
-            print(f"{event.prefix} | {event.text}", file=self.out, flush=True)
+            for line in self._bars.feed(event.prefix, f"{event.prefix} | {event.text}", event.text):
+                print(line, file=self.out, flush=True)
         elif isinstance(event, ProgressChanged):
             line = format_progress(event.progress)
             if line != self._last_progress and event.progress.updated_at is not None:
@@ -71,10 +76,14 @@ class HeadlessPrinter:
         elif isinstance(event, NodeStateChanged):
             detail = f" ({event.detail})" if event.detail else ""
             print(f"ftwiz: {event.node}: {event.state.value}{detail}", file=self.err, flush=True)
+        elif isinstance(event, RunNote) and event.text.startswith(WHY_PREFIX):
+            self._why = event.text  # the failure doctor's first diagnosis: printed last, after the verdict
         elif isinstance(event, RunNote):
             mark = {"error": "ERROR: ", "warn": "warning: "}.get(event.level, "")
             print(f"ftwiz: {mark}{event.text}", file=self.err, flush=True)
         elif isinstance(event, RunFinished):
+            for line in self._bars.flush():
+                print(line, file=self.out, flush=True)
             self._finished(event)
 
     def _finished(self, event: RunFinished) -> None:
@@ -89,6 +98,8 @@ class HeadlessPrinter:
             print(f"ftwiz: ERROR: {node}: processes survived SIGKILL: {pids}", file=self.err, flush=True)
         if r.unreaped:
             print(f"ftwiz: ERROR: not reaped (unreachable): {', '.join(r.unreaped)}; run `ftwiz --stop {r.run_id}` when they are back", file=self.err, flush=True)
+        if self._why:
+            print(f"ftwiz: {self._why}\nftwiz: all diagnoses: ftwiz --why {r.run_id}", file=self.err, flush=True)
 
 
 @contextlib.contextmanager
@@ -97,7 +108,7 @@ def _signals(run: Run) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {}
+    previous: dict[int, Any] = {}
 
     def stop(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -112,8 +123,8 @@ def _signals(run: Run) -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], Optional[float]]:

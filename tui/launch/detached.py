@@ -8,6 +8,8 @@ attach leaves ``run.json`` exactly as it was (its pgids, commands, run dirs, sta
 from __future__ import annotations
 
 import time
+from functools import partial
+
 from tui.exitcodes import EXIT_FAILED, EXIT_OK
 from tui.launch.events import NodeState, RunResult
 from tui.launch.launching import LaunchMixin
@@ -29,13 +31,7 @@ class DetachedMixin(LaunchMixin):
             runner.rundir_abs = stored[node.name].rundir if node.name in stored else None
             self._set_state(node.name, NodeState.CONNECTING)
 
-        def attach_one(r: NodeRunner) -> None:
-            r.connect()
-            if r.rundir_abs is None:
-                r.locate()
-            r.follow(0)
-
-        futures = {name: r.submit(lambda r=r: attach_one(r)) for name, r in self._runners.items()}
+        futures = {name: r.submit(partial(_attach_one, r)) for name, r in self._runners.items()}
         problems = self._collect(futures, timeout=self.config.cluster.ssh_connect_timeout_s + 60)
         if problems:
             self._close_runners()
@@ -71,3 +67,11 @@ class DetachedMixin(LaunchMixin):
         reason = "stopped with ftwiz --stop" + ("" if ok else f"; not reached: {', '.join(unreached)}" if unreached else "; leftovers remain")
         result = RunResult(self.run_id, RunStatus.STOPPED, EXIT_OK if ok else EXIT_FAILED, reason=reason, leftovers=leftovers, unreaped=unreached)
         return self._finish(result)
+
+
+def _attach_one(runner: NodeRunner) -> None:
+    """(runner thread) Connect, find the run dir when the record does not say, follow the log from its start."""
+    runner.connect()
+    if runner.rundir_abs is None:
+        runner.locate()
+    runner.follow(0)

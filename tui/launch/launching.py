@@ -8,6 +8,7 @@ node is ready: *prepare* (link, run dir, job files; a prepared node starts nothi
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Mapping, NoReturn
 
 from shared.config import NodeConfig
@@ -15,6 +16,7 @@ from tui.exitcodes import EXIT_FAILED
 from tui.launch.events import NodeState, RunResult
 from tui.launch.nodefiles import node_files
 from tui.launch.options import LaunchError
+from tui.launch.runner import NodeRunner
 from tui.launch.status import RunStatus
 from tui.launch.stopping import StopMixin
 from tui.launch.support import workload_files
@@ -46,10 +48,7 @@ class LaunchMixin(StopMixin):
         except RuntimeError as exc:
             self._close_runners()
             raise LaunchError(str(exc)) from None
-        futures = {
-            name: r.submit(lambda r=r: (r.connect(), r.prepare(lambda wd, rd, r=r: self._node_files(r.node, wd, rd, package))))
-            for name, r in self._runners.items()
-        }
+        futures = {name: r.submit(partial(self._prepare_one, r, package)) for name, r in self._runners.items()}
         problems = self._collect(futures, timeout=self.config.cluster.ssh_connect_timeout_s + 120)
         if problems:
             self._launch_failed("could not prepare every node; nothing was started", problems)
@@ -74,6 +73,11 @@ class LaunchMixin(StopMixin):
             self.record.update_node(name, save=False, pgid=runner.pgid)
         self.record.update(status=RunStatus.RUNNING, started_at=time.time(), fanout_s=started - t0, prepare_s=t_prepared - t0)
         self._note(f"run {self.run_id} started on {len(self._runners)} node(s) in {started - t0:.1f} s")
+
+    def _prepare_one(self, runner: NodeRunner, package: Mapping[str, bytes]) -> str:
+        """(runner thread) Connect, create the run dir, send the job; nothing starts yet."""
+        runner.connect()
+        return runner.prepare(partial(self._node_files, runner.node, package=package))
 
     def _wait_for_go(self) -> None:
         """Until ``start_not_before`` (the checklist's test listener still holds the rendezvous port), unless stopped."""

@@ -243,7 +243,7 @@ class LocalLink:
 
     def exec(self, command: str, *, timeout: float) -> ExecResult:
         try:
-            done = subprocess.run(["sh", "-c", command], capture_output=True, timeout=timeout, start_new_session=True)
+            done = subprocess.run(["sh", "-c", command], capture_output=True, timeout=timeout, start_new_session=True, check=False)
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"{self.node}: command did not finish within {timeout:g} s") from None
         return ExecResult(done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"))

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from shared.config import FtwizConfig, NodeConfig
+from tui.launch.codeship import bundle_for_run, resolve_code_dir
 from tui.launch.plan import NodePlan, build_plan, start_script
 
-__all__ = ["NodeFiles", "node_files"]
+__all__ = ["NodeFiles", "add_user_code", "node_files"]
 
 
 @dataclass
@@ -41,6 +42,7 @@ def node_files(
     network_env: Optional[Mapping[str, Mapping[str, str]]],
     resume: bool,
     output_dir: str,
+    config_dir: Optional[str] = None,
 ) -> NodeFiles:
     """Everything ``node`` needs under its run dir, for a run started from ``config``."""
     gpus: dict[str, list[int]] = {}
@@ -63,14 +65,33 @@ def node_files(
     files = dict(package)
     files["job.json"] = json.dumps(spec, indent=2).encode()
     files[f"{node.name}.sh"] = start_script(mine, rundir_abs).encode()
-    record = dict(
-        workdir=workdir_abs,
-        rundir=rundir_abs,
-        nproc=mine.nproc,
-        command=mine.argv,
-        command_line=mine.command_line,
-        env=mine.env,
-        cuda_visible_devices=mine.cuda_visible_devices,
-        node_log=f"{rundir_abs}/{node.name}.log",
-    )
-    return NodeFiles(files=files, plan=mine, record=record)
+    record: dict[str, Any] = {
+        "workdir": workdir_abs,
+        "rundir": rundir_abs,
+        "nproc": mine.nproc,
+        "command": mine.argv,
+        "command_line": mine.command_line,
+        "env": mine.env,
+        "cuda_visible_devices": mine.cuda_visible_devices,
+        "node_log": f"{rundir_abs}/{node.name}.log",
+    }
+    built = NodeFiles(files=files, plan=mine, record=record)
+    add_user_code(built, config, run_id=run_id, config_dir=config_dir)
+    return built
+
+
+def add_user_code(built: NodeFiles, config: FtwizConfig, *, run_id: str, config_dir: Optional[str]) -> None:
+    """``workload = "command"``: ship ``[job].code_dir`` as ``code/`` and record what shipped (``run.json`` → ``code``).
+
+    ``code_dir`` resolves against ``config_dir`` (the directory of ftwiz.toml; the current directory when
+    None). Raises :class:`tui.launch.codeship.CodeDirError` (over the cap, missing): nothing starts then.
+    """
+    job = config.job
+    if job.workload != "command":
+        return
+    if job.code_dir == "":
+        built.run_record["code"] = {"root": None, "shipped_to": None, "note": 'code_dir = "": the code already on each node ran (not shipped, not hashed)'}
+        return
+    bundle = bundle_for_run(run_id, resolve_code_dir(job.code_dir, config_dir))
+    built.files.update(bundle.payload())
+    built.run_record["code"] = bundle.record()

@@ -35,12 +35,14 @@ __all__ = [
     "RUN_ID_RE",
     "WORKLOAD_PACKAGE",
     "build_plan",
+    "command_env",
     "make_payload",
     "node_processes",
     "quote_path",
     "rundir_rel",
     "start_script",
     "torchrun_argv",
+    "workload_target",
 ]
 
 #: The package name the workloads are copied under on every node (``<rundir>/ftwiz_workloads``).
@@ -155,11 +157,25 @@ def torchrun_argv(
         # with a global-rank prefix, so the controller can name the rank of every line.
         "--tee=3",
         f"--log-dir={rundir_abs}/torchrun",
-        "-m",
-        WORKLOAD_PACKAGE,
-        "--spec",
-        f"{rundir_abs}/job.json",
+        *workload_target(config, rundir_abs),
     ]
+
+
+def workload_target(config: FtwizConfig, rundir_abs: str) -> list[str]:
+    """What torchrun runs on every rank: the built-in workloads, or the user-code runner.
+
+    For ``workload = "command"`` the target is ``ftwiz_workloads.usercode`` (shipped with the
+    workloads): it runs ``[job].command`` in the rank's own process (``runpy``), from the shipped
+    code dir (or the workdir when ``code_dir = ""``), after registering the SIGUSR1 stack dump, so
+    a stall stop shows every rank's stack for user code too.
+    """
+    module = f"{WORKLOAD_PACKAGE}.usercode" if config.job.workload == "command" else WORKLOAD_PACKAGE
+    return ["-m", module, "--spec", f"{rundir_abs}/job.json"]
+
+
+def command_env(config: FtwizConfig) -> dict[str, str]:
+    """``[job].env`` for ``workload = "command"`` (the config refuses keys torchrun or ftwiz set)."""
+    return dict(config.job.env) if config.job.workload == "command" else {}
 
 
 def _endpoint(host: str, port: int) -> str:
@@ -195,6 +211,7 @@ def build_plan(
         env: dict[str, str] = {}
         env.update(network_env.get(node.name, {}))
         env.update(config.nccl.env)  # the user's [nccl] env wins over the plan, as in shared.netplan
+        env.update(command_env(config))
         cores = cpu_cores.get(node.name) or 0
         env.update(
             {

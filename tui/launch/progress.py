@@ -9,15 +9,19 @@ when each rank last *moved* (a progress or heartbeat line), which the stall dete
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+from shared.protocol import parse_line
+from tui.launch.trainer_output import parse_trainer_line
+
 __all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "split_rank", "format_progress"]
 
+#: Shortest span of TRL ``num_tokens`` records that gives a tokens/s figure.
+_TOKEN_WINDOW_MIN_S = 2.0
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
 
 
@@ -30,24 +34,18 @@ def split_rank(line: str) -> tuple[Optional[int], str]:
 
 
 def parse_protocol(text: str) -> Optional[dict[str, Any]]:
-    """The protocol object in ``text`` (key ``"ftwiz"`` holds the kind), or None for any other line."""
-    try:
-        from agent.workloads.protocol import parse_line  # the workloads' own parser (no torch import)
-    except ImportError:  # the controller may run without the workloads package beside it
-        parse_line = None
-    if parse_line is not None:
-        try:
-            return parse_line(text)
-        except Exception:
-            return None
-    text = text.strip()
-    if not text.startswith("{") or '"ftwiz"' not in text:
-        return None
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) and isinstance(obj.get("ftwiz"), str) else None
+    """The protocol object in ``text`` (key ``"ftwiz"`` holds the kind), or None for any other line.
+
+    Besides ftwiz's own lines (``shared/protocol.py``), what the common trainers print counts as a
+    ``progress`` record (HF/TRL/axolotl log dicts, tqdm bars, LLaMA-Factory records: see
+    :mod:`tui.launch.trainer_output`), so a user's script shows progress without changing its code.
+    """
+    obj = parse_line(text)
+    if obj is not None:
+        return obj
+    if "{" in text or "%|" in text:
+        return parse_trainer_line(text)
+    return None
 
 
 @dataclass(frozen=True)
@@ -103,6 +101,8 @@ class ProgressModel:
     errors: list[tuple[str, Optional[int], str]] = field(default_factory=list)
     """(node, rank, message) from ``error`` lines."""
     _history: deque = field(default_factory=lambda: deque(maxlen=30))
+    _tokens_seen: deque = field(default_factory=lambda: deque(maxlen=30))
+    _train_elapsed_s: Optional[float] = None
 
     def update(self, node: str, rank: Optional[int], obj: dict[str, Any], *, now: Optional[float] = None) -> bool:
         """Apply one protocol object from ``node``; True when the snapshot changed."""
@@ -136,7 +136,7 @@ class ProgressModel:
             return True
         if kind == "allreduce":
             row = {k: obj.get(k) for k in ("size_bytes", "algbw_gbps", "busbw_gbps", "correct")}
-            self.snapshot = replace(snap, allreduce=snap.allreduce + (row,), updated_at=time.time())
+            self.snapshot = replace(snap, allreduce=(*snap.allreduce, row), updated_at=time.time())
             if rank is not None:
                 self.last_moved[rank] = now
             return True
@@ -153,6 +153,8 @@ class ProgressModel:
 
     def _progress(self, obj: dict[str, Any], step: Optional[int], now: float) -> bool:
         snap = self.snapshot
+        if obj.get("source") == "tqdm" and _is_other_bar(snap, step, _int(obj.get("total_steps"))):
+            return False  # an evaluation or data bar after the training bar took hold
         total = _int(obj.get("total_steps"), snap.total_steps)
         if step is not None and (snap.step is None or step >= snap.step):
             self._history.append((now, step))
@@ -165,13 +167,42 @@ class ProgressModel:
             total_steps=total,
             loss=_float(obj.get("loss"), snap.loss),
             learning_rate=_float(obj.get("learning_rate"), snap.learning_rate),
-            tokens_per_s=_float(obj.get("tokens_per_s"), snap.tokens_per_s),
+            tokens_per_s=self._tokens_per_s(obj, now),
             epoch=_float(obj.get("epoch"), snap.epoch),
             steps_per_s=rate,
-            eta_s=max(0.0, eta) if eta is not None else None,
+            eta_s=max(0.0, eta) if eta is not None else _float(obj.get("eta_s"), snap.eta_s if step is None else None),
             updated_at=time.time(),
         )
         return True
+
+
+    def _tokens_per_s(self, obj: dict[str, Any], now: float) -> Optional[float]:
+        """Tokens/s as said, or from TRL's cumulative ``num_tokens``, or axolotl's per-GPU rate × ranks."""
+        said = _float(obj.get("tokens_per_s"))
+        if said is not None:
+            return said
+        per_gpu = _float(obj.get("tokens_per_s_per_gpu"))
+        if per_gpu is not None:
+            return per_gpu * (self.snapshot.world_size or max(1, len(self.ranks)) or 1)
+        elapsed = _float(obj.get("elapsed_s"))
+        if elapsed is not None:
+            self._train_elapsed_s = elapsed
+        tokens = _float(obj.get("num_tokens"))
+        if tokens is not None and self._train_elapsed_s is not None and self._train_elapsed_s >= _TOKEN_WINDOW_MIN_S:
+            # TRL's count is cumulative over every rank; the training bar's elapsed time is the worker's own
+            # clock, so bursts of lines arriving together do not skew the rate.
+            return tokens / self._train_elapsed_s
+        if tokens is not None:
+            # Over a window of records: log lines reach us in bursts, so two neighbours' arrival times say little.
+            self._tokens_seen.append((now, tokens))
+            (t0, n0), (t1, n1) = self._tokens_seen[0], self._tokens_seen[-1]
+            if t1 - t0 >= _TOKEN_WINDOW_MIN_S and n1 > n0:
+                return (n1 - n0) / (t1 - t0)
+        return self.snapshot.tokens_per_s
+
+
+def _is_other_bar(snap: ProgressSnapshot, step: Optional[int], total: Optional[int]) -> bool:
+    return snap.total_steps is not None and total is not None and total != snap.total_steps and snap.step is not None and (step or 0) < snap.step
 
 
 def _rate(history: deque) -> Optional[float]:
@@ -202,7 +233,7 @@ def _float(value: Any, default: Optional[float] = None) -> Optional[float]:
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -103,6 +103,11 @@ class RunRecordModel(BaseModel):
     stack_dumps_py_spy: Optional[list[int]] = None
     """Ranks whose stack py-spy read from outside (installed beside the node's training interpreter)."""
     hang: Optional[dict[str, Any]] = None
+    """A hang or stall: before the first step or not, the suspect ranks, each rank's last process state."""
+    diagnoses: list[dict[str, Any]] = Field(default_factory=list)
+    """The failure doctor's findings, most likely root cause first (``ftwiz --why``)."""
+    versions: dict[str, Any] = Field(default_factory=dict)
+    """Per node, the software versions the agents last reported (the doctor's evidence for version skew)."""
 
 
 def latest_run_id(base: Path) -> Optional[str]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Callable, Mapping, Optional
 
 from shared.config import FtwizConfig
@@ -166,7 +167,7 @@ class Run(DetachedMixin):
             if pending is None or pending.done():
                 runner = self._runners[name]
                 self._set_state(name, NodeState.RECONNECTING)
-                self._reconnects[name] = runner.submit(lambda r=runner: r.reconnect(timeout=self.options.reap_connect_timeout_s))
+                self._reconnects[name] = runner.submit(partial(runner.reconnect, timeout=self.options.reap_connect_timeout_s))
 
     def _stall_stop(self, stall: StallFound) -> RunResult:
         """Dump every rank's stack into the log, then stop naming the odd rank(s) out."""

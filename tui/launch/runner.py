@@ -21,8 +21,17 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from shared.config import ClusterConfig, NodeConfig
-from tui.launch.messages import NodeEnded, NodeEnding, NodeLine, NodeLost, NodePgid, RankSample, RankSamples, RunnerMessage
-from tui.launch.links import LinkLost, NodeLink, open_link, python_command
+from tui.launch.links import LineStream, LinkLost, NodeLink, open_link, python_command
+from tui.launch.messages import (
+    NodeEnded,
+    NodeEnding,
+    NodeLine,
+    NodeLost,
+    NodePgid,
+    RankSample,
+    RankSamples,
+    RunnerMessage,
+)
 from tui.launch.plan import make_payload, quote_path, rundir_rel
 
 __all__ = ["NodeRunner", "NODESIDE_SOURCE", "nodeside_source"]
@@ -69,7 +78,7 @@ class NodeRunner:
         self._link_factory = link_factory
         self._commands: "queue.Queue[tuple[Callable[[], Any], Future]]" = queue.Queue()
         self._link: Optional[NodeLink] = None
-        self._stream = None
+        self._stream: Optional[LineStream] = None
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name=f"ftwiz-node-{node.name}", daemon=True)
         #: Monotonic time of the last byte from the node's stream (None before streaming).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Mapping, Optional, Sequence
 
 from tui.exitcodes import EXIT_FAILED, EXIT_STOPPED
@@ -27,7 +28,7 @@ class StopMixin(RunCore):
     def _kill_everywhere(self, runners: Sequence[NodeRunner]) -> tuple[dict[str, list[int]], list[str]]:
         """TERM → grace → KILL on each runner's node in parallel; returns (leftovers, nodes that did not answer)."""
         grace = self.options.stop_grace_s
-        futures = {r.name: r.submit(lambda r=r: r.kill(grace)) for r in runners}
+        futures = {r.name: r.submit(partial(r.kill, grace)) for r in runners}
         leftovers: dict[str, list[int]] = {}
         failed: list[str] = []
         deadline = self.clock() + grace + 25
@@ -132,7 +133,7 @@ class StopMixin(RunCore):
                 future = attempts.get(name)
                 if future is None:
                     if now >= next_try.get(name, 0):
-                        attempts[name] = self._runners[name].submit(lambda name=name: self._reap_one(name))
+                        attempts[name] = self._runners[name].submit(partial(self._reap_one, name))
                     continue
                 if not future.done():
                     continue

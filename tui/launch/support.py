@@ -18,11 +18,18 @@ def workload_files() -> dict[str, bytes]:
     spec = importlib.util.find_spec("agent")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the workloads package (agent/workloads) is not installed beside ftwiz")
-    root = Path(list(spec.submodule_search_locations)[0]) / "workloads"
+    root = Path(next(iter(spec.submodule_search_locations))) / "workloads"
     files = {}
     for path in sorted(root.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".jinja", ".txt"):
             files[f"{WORKLOAD_PACKAGE}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    # The line protocol is defined in shared/ (the controller parses with it); the nodes have no
+    # ``shared`` package, so it travels beside the workloads (agent/workloads/protocol.py imports it).
+    wire_spec = importlib.util.find_spec("shared.protocol")
+    if wire_spec is None or wire_spec.origin is None:
+        raise RuntimeError("the line protocol (shared/protocol.py) is not installed beside ftwiz")
+    wire = Path(wire_spec.origin)
+    files[f"{WORKLOAD_PACKAGE}/_wire.py"] = wire.read_bytes()
     if f"{WORKLOAD_PACKAGE}/__main__.py" not in files:
         raise RuntimeError(f"the workloads package at {root} has no __main__.py")
     return files

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable, ClassVar
+
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, ProgressBar, Static
 
+from shared.config import FtwizConfig
+from tui.app import engines
 from tui.app.messages import ConfigChanged
 from tui.app.render import Palette
 from tui.app.screens.confirm_screen import ConfirmScreen
@@ -25,7 +29,7 @@ class ChecklistScreen(StepScreen):
     STEP = "checklist"
     CSS_PATH = "checklist_screen.tcss"
     AUTO_FOCUS = "#check-table"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "run_all", "Run all"),
         Binding("space", "run_selected", "Re-run check"),
         Binding("o", "override", "Override fails"),
@@ -91,7 +95,12 @@ class ChecklistScreen(StepScreen):
     @work(exclusive=True, group="checklist")
     async def run_checks(self, only: str | None) -> None:
         """Run the engine in this worker; rows appear as checks finish."""
-        await self.wizard.checks.run(self.wizard, only=only, on_change=self.redraw)
+        wizard = self.wizard
+
+        async def engine(config: FtwizConfig, only: str | None, progress: Callable[[int, int, list[str]], None]) -> Any:
+            return await engines.run_checks(wizard, config, only=only, progress=progress)
+
+        await wizard.checks.run(wizard.config, engine, only=only, on_change=self.redraw)
         self.redraw()
         if self.wizard.checks.error:
             self.notify(self.wizard.checks.error, title="Checklist could not run", severity="error", timeout=10)

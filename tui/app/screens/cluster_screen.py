@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import Footer
 
 from shared.config import NodeConfig
@@ -28,7 +28,7 @@ class ClusterScreen(StepScreen):
     STEP = "cluster"
     CSS_PATH = "cluster_screen.tcss"
     AUTO_FOCUS = "#node-table"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "add_node", "Add node"),
         Binding("e", "edit_node", "Edit node"),
         Binding("delete,x", "remove_node", "Remove node"),

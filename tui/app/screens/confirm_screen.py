@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
@@ -18,7 +18,7 @@ class ConfirmScreen(ModalScreen[str]):
     """Ask ``question``; dismiss with the id of the chosen button (Escape picks ``cancel``)."""
 
     CSS_PATH = "modal.tcss"
-    BINDINGS = [Binding("escape", "choose('cancel')", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "choose('cancel')", "Cancel")]
 
     def __init__(self, question: str, choices: Sequence[tuple[str, str, str]], *, title: str = "Confirm") -> None:
         """``choices`` are ``(id, label, variant)``; the first one has the focus."""

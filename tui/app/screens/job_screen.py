@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Static
 
 from shared.config import FtwizConfig
+from tui.app.engines import plan_job
 from tui.app.messages import ClusterUpdated, ConfigChanged
 from tui.app.render import Palette
 from tui.app.screens.step_screen import StepScreen
@@ -26,7 +29,7 @@ class JobScreen(StepScreen):
     STEP = "job"
     CSS_PATH = "job_screen.tcss"
     AUTO_FOCUS = "#job-form #job-workload"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+n", "goto_next", "Checklist ›"),
         Binding("ctrl+b", "goto_previous", "‹ Cluster"),
     ]
@@ -82,8 +85,6 @@ class JobScreen(StepScreen):
     @work(exclusive=True, group="plan", thread=True)
     def replan(self) -> None:
         """Estimate and advise for the current config (a thread: a local model's config.json is read)."""
-        from tui.app.engines import plan_job
-
         plan = plan_job(self.wizard.config, self.wizard.cluster)
         self.app.call_from_thread(self._show_plan, plan)
 

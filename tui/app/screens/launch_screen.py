@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import Button, Footer, Input, Label, Static
 
@@ -17,6 +19,7 @@ from tui.app.widgets.launch.metric_plot import MetricPlot
 from tui.app.widgets.launch.node_logs import NodeLogs, parse_ranks
 from tui.app.widgets.launch.run_outcome import RunOutcome
 from tui.app.widgets.launch.run_progress import RunProgress
+from tui.doctor.hook import why_note
 
 __all__ = ["LaunchScreen"]
 
@@ -30,7 +33,7 @@ class LaunchScreen(StepScreen):
     STEP = "launch"
     CSS_PATH = "launch_screen.tcss"
     AUTO_FOCUS = "#launch-logs Tabs"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "launch", "Launch"),
         Binding("s", "stop", "Stop all"),
         Binding("u", "resume", "Resume"),
@@ -84,7 +87,8 @@ class LaunchScreen(StepScreen):
         self.query_one("#metrics").display = job.workload == "sft"  # the all-reduce check has no loss
         self.query_one("#loss-plot", MetricPlot).show(session.losses)
         self.query_one("#tokens-plot", MetricPlot).show(session.tokens_per_s)
-        self.query_one(RunOutcome).show(session.result, session.snapshot, palette, can_resume=self.wizard.config.job.workload == "sft")
+        self.query_one(RunOutcome).show(session.result, session.snapshot, palette, can_resume=self.wizard.config.job.workload == "sft",
+                                        why=why_note(session.notes))
         self.query_one("#launch", Button).disabled = session.active
         self.query_one("#stop", Button).disabled = not session.active
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, cast
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from tui.app.steps import next_step, previous_step
-
-if TYPE_CHECKING:
-    from tui.app.app import FtwizApp
+from tui.app.wizard import Wizard
 
 __all__ = ["StepScreen"]
 
@@ -21,15 +19,15 @@ class StepScreen(Screen[str]):
     STEP: ClassVar[str] = ""
     """This step's name in :data:`tui.app.steps.STEPS`."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+n", "goto_next", "Next step", show=False),
         Binding("ctrl+b", "goto_previous", "Previous step", show=False),
     ]
 
     @property
-    def wizard(self) -> "FtwizApp":
-        """The app, typed."""
-        return self.app  # type: ignore[return-value]
+    def wizard(self) -> Wizard:
+        """The app, as the steps may use it (:class:`tui.app.wizard.Wizard`)."""
+        return cast(Wizard, self.app)
 
     def goto(self, step: str) -> None:
         """Leave this step for ``step`` (the wizard worker pushes it)."""

@@ -7,6 +7,7 @@ from typing import Any, Optional, Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
+from tui.app.engines import check_title
 from tui.app.render import Palette
 
 __all__ = ["CheckTable", "STATUS_GLYPH", "row_key"]
@@ -66,8 +67,6 @@ class CheckTable(DataTable):
             self._results[key] = result
             self._keys.append(key)
             self.add_row(*self._cells(result, palette), key=key)
-        from tui.app.engines import check_title
-
         for check_id in running:
             key = f"{check_id}@running"
             self._keys.append(key)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import Reactive, reactive
@@ -63,7 +63,7 @@ def gpu_model(name: Optional[str]) -> str:
 class NodeTable(ScrollView, can_focus=True):
     """The cluster's nodes in config order; the highlighted row is the node the detail pane shows."""
 
-    COMPONENT_CLASSES = {"node-table--header", "node-table--cursor"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"node-table--header", "node-table--cursor"}
     DEFAULT_CSS = """
     NodeTable {
         height: auto;
@@ -78,7 +78,7 @@ class NodeTable(ScrollView, can_focus=True):
         }
     }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "cursor(-1)", "Up", show=False),
         Binding("down", "cursor(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
@@ -214,9 +214,9 @@ class NodeTable(ScrollView, can_focus=True):
         for index, (_, width) in enumerate(_COLUMNS):
             cell = cells[index] if index < len(cells) else Text("")
             if index == 2 and len(cells) == 3:  # a reason spans the GPU, utilisation, temperature and power columns
-                width = sum(w + 2 for _, w in _COLUMNS[2:]) - 2
+                span = sum(w + 2 for _, w in _COLUMNS[2:]) - 2
                 line.append(" ")
-                line.append_text(_fit(cell, width))
+                line.append_text(_fit(cell, span))
                 break
             line.append(" ")
             line.append_text(_fit(cell, width))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, get_args
 
@@ -16,7 +17,7 @@ from shared.config import JobConfig
 
 __all__ = ["JOB_FIELDS", "JobForm"]
 
-Kind = Literal["text", "int", "float", "choice", "bool", "list"]
+Kind = Literal["text", "int", "float", "choice", "bool", "list", "words", "env"]
 
 JOB_FIELDS: list[tuple[str, str, Kind]] = [
     ("workload", "Workload", "choice"),
@@ -39,8 +40,18 @@ JOB_FIELDS: list[tuple[str, str, Kind]] = [
     ("sharding", "Sharding", "choice"),
     ("output_dir", "Output dir", "text"),
     ("save_steps", "Save steps", "int"),
+    ("command", "Command", "words"),
+    ("code_dir", "Code dir", "text"),
+    ("requires", "Requires", "list"),
+    ("env", "Env", "env"),
+    ("progress_regex", "Progress re", "text"),
 ]
 """``(field, label, kind)`` in form order; choices come from the schema's Literal types."""
+
+#: The "your own code" fields: shown only for ``workload = "command"``.
+COMMAND_FIELDS = frozenset({"command", "code_dir", "requires", "env", "progress_regex"})
+#: How a workload reads in the choice list.
+WORKLOAD_LABELS = {"command": "your own code"}
 
 
 def _choices(field: str) -> list[str]:
@@ -48,12 +59,31 @@ def _choices(field: str) -> list[str]:
     return [str(c) for c in get_args(annotation)]
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, kind: str = "text") -> str:
+    if value is None:
+        return ""
+    if kind == "words":
+        return shlex.join(value)
+    if kind == "env":
+        return ", ".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e6:
         return str(int(value))
     return str(value)
+
+
+def _env(text: str) -> Any:
+    """``"WANDB_MODE=offline, HF_HOME=/data/hf"`` → a dict; a part without ``=`` is left for the schema to refuse."""
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            return text
+        out[key.strip()] = value.strip()
+    return out
 
 
 class JobForm(VerticalScroll):
@@ -89,12 +119,21 @@ class JobForm(VerticalScroll):
             with Horizontal(classes="job-field", id=f"row-{field}"):
                 yield Label(label, classes="job-label")
                 if kind == "choice":
-                    yield Select([(c, c) for c in _choices(field)], value=str(value), allow_blank=False, compact=True, id=f"job-{field}")
+                    options = [(WORKLOAD_LABELS.get(c, c) if field == "workload" else c, c) for c in _choices(field)]
+                    yield Select(options, value=str(value), allow_blank=False, compact=True, id=f"job-{field}")
                 elif kind == "bool":
                     yield Checkbox("on", value=bool(value), compact=True, id=f"job-{field}")
                 else:
-                    yield Input(_text(value), compact=True, id=f"job-{field}", tooltip=JobConfig.model_fields[field].description)
+                    yield Input(_text(value, kind), compact=True, id=f"job-{field}", tooltip=JobConfig.model_fields[field].description)
             yield Static("", classes="job-error", id=f"job-error-{field}")
+
+    def on_mount(self) -> None:
+        self._show_command_fields(self._job.workload == "command")
+
+    def _show_command_fields(self, shown: bool) -> None:
+        """The "your own code" rows appear beside the built-in recipes' only when that workload is chosen."""
+        for field in COMMAND_FIELDS:
+            self.query_one(f"#row-{field}").display = shown
 
     def load(self, job: JobConfig) -> None:
         """Show ``job`` (e.g. after the config was reloaded) without posting Changed."""
@@ -109,9 +148,10 @@ class JobForm(VerticalScroll):
                 elif kind == "bool":
                     widget.value = bool(value)  # type: ignore[attr-defined]
                 else:
-                    widget.value = _text(value)  # type: ignore[attr-defined]
+                    widget.value = _text(value, kind)  # type: ignore[attr-defined]
         finally:
             self._loading = False
+        self._show_command_fields(job.workload == "command")
 
     def values(self) -> dict[str, Any]:
         """The form's raw values, shaped for :class:`JobConfig` (lists split, blanks omitted)."""
@@ -121,6 +161,13 @@ class JobForm(VerticalScroll):
             value = widget.value  # type: ignore[attr-defined]
             if kind == "list":
                 data[field] = [part.strip() for part in str(value).split(",") if part.strip()]
+            elif kind == "words":
+                try:
+                    data[field] = shlex.split(str(value))
+                except ValueError:
+                    data[field] = str(value)  # unbalanced quotes: the schema says what is wrong
+            elif kind == "env":
+                data[field] = _env(str(value))
             elif kind in ("text", "int", "float"):
                 text = str(value).strip()
                 if text == "" and kind != "text":
@@ -142,6 +189,9 @@ class JobForm(VerticalScroll):
             for error in exc.errors():
                 field = str(error["loc"][0]) if error["loc"] else "job"
                 message = error["msg"].removeprefix("Value error, ")
+                inner = message.split(": ", 1)
+                if field == "job" and len(inner) == 2 and inner[0] in JobConfig.model_fields:
+                    field, message = inner  # a whole-job rule that names its field (command for workload = "command")
                 if error["type"] == "literal_error":
                     message = f"must be one of {error.get('ctx', {}).get('expected', '')}"
                 errors.setdefault(field, message)
@@ -166,6 +216,8 @@ class JobForm(VerticalScroll):
         event.stop()
         if self._loading or not self.is_mounted:
             return
+        workload = self.query_one("#job-workload", Select).value
+        self._show_command_fields(workload == "command")
         job = self.validate_form()
         if job is None:
             self.post_message(self.Invalid(dict(self.errors)))

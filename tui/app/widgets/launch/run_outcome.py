@@ -24,8 +24,8 @@ class RunOutcome(VerticalScroll):
         with Horizontal(id="outcome-buttons"):
             yield Button("Resume from the last checkpoint (u)", id="resume", variant="warning", compact=True)
 
-    def show(self, result: Optional[Any], snapshot: Optional[Any], palette: Palette, *, can_resume: bool) -> None:
-        """Draw a ``RunResult`` (None hides the panel)."""
+    def show(self, result: Optional[Any], snapshot: Optional[Any], palette: Palette, *, can_resume: bool, why: str = "") -> None:
+        """Draw a ``RunResult`` (None hides the panel); ``why``: the failure doctor's first diagnosis."""
         self.display = result is not None
         if result is None:
             return
@@ -39,9 +39,17 @@ class RunOutcome(VerticalScroll):
         if result.failed_node or result.failed_rank is not None:
             rank = f" rank {result.failed_rank}" if result.failed_rank is not None else ""
             body.append(Text(f"Failed: {result.failed_node or '?'}{rank}", style=f"bold {palette.bad}"))
+        shown_lines = 8
+        if why and not ok:
+            # The cause and its fix, two lines (the evidence and the rest: ftwiz --why RUN_ID); two fewer last lines.
+            parts = why.splitlines()
+            body.append(Text(parts[0], style=f"bold {palette.bad}", no_wrap=True, overflow="ellipsis"))
+            fix = next((p.strip() for p in parts[1:] if p.strip().startswith("fix:")), "")
+            body.append(Text(f"  {fix}  (all: ftwiz --why {result.run_id})".replace("    ", "  "), no_wrap=True, overflow="ellipsis"))
+            shown_lines = 6
         if result.last_lines:
             body.append(Text("Last lines:", style=palette.muted))
-            body.extend(Text("  " + line, no_wrap=True, overflow="ellipsis") for line in result.last_lines[-8:])
+            body.extend(Text("  " + line, no_wrap=True, overflow="ellipsis") for line in result.last_lines[-shown_lines:])
         if result.leftovers:
             left = ", ".join(f"{node}: {pids}" for node, pids in result.leftovers.items())
             body.append(Text(f"Processes that survived the stop: {left}", style=palette.bad))

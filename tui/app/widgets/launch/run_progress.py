@@ -15,7 +15,7 @@ def fmt_duration(seconds: Optional[float]) -> str:
     """``1h02m``, ``3m05s``, ``12s``; ``—`` when unknown."""
     if seconds is None:
         return "—"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:

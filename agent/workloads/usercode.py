@@ -1,0 +1,246 @@
+"""Run the user's own training code on one rank: ``python -m ftwiz_workloads.usercode --spec job.json``.
+
+torchrun starts this on every rank for ``workload = "command"``. It runs ``[job].command`` in this
+same process (``runpy``: a script as ``__main__`` with its own ``sys.argv``, or ``-m module``), so the
+rank keeps torchrun's environment and pid, and first:
+
+- registers the SIGUSR1 stack dump (the launcher's dump before a stall stop) and dies with torchrun;
+- prints the ``started`` line (rank, local rank, world size, pid) so the run record knows who ran where;
+- with ``[job].progress_regex``, copies each matching stdout line as a ``progress`` line;
+- on global rank 0, tails LLaMA-Factory's ``<output_dir>/trainer_log.jsonl`` (``output_dir`` from the
+  YAML in the command, else ``[job].output_dir``) and prints its records as ``progress`` lines.
+
+The code runs from the shipped dir (``<rundir>/code``), or from the workdir when ``code_dir = ""``.
+Standard library only: the user's code imports torch itself. Exit code: the code's own (an uncaught
+exception prints its traceback and exits 1, as with a plain ``python train.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import runpy
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Optional, TextIO
+
+from .dist import die_with_parent, register_stack_dump
+from .protocol import emit, format_line
+
+CODE_SUBDIR = "code"
+_TAIL_EVERY_S = 1.0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Parse ``--spec``, prepare this rank, run the user's command."""
+    parser = argparse.ArgumentParser(prog="python -m ftwiz_workloads.usercode", description="Run [job].command on this rank.")
+    parser.add_argument("--spec", required=True, metavar="PATH", help="the job spec JSON written by the launcher")
+    args = parser.parse_args(argv)
+    register_stack_dump()
+    die_with_parent()
+    with open(args.spec) as fh:
+        spec: dict[str, Any] = json.load(fh)
+    command = list(spec.get("command") or [])
+    if not command:
+        emit("error", rank=_env_int("RANK"), message='[job].command is empty: set command = ["train.py", ...] in ftwiz.toml')
+        return 2
+    root = code_root(spec, os.path.dirname(os.path.abspath(args.spec)))
+    os.chdir(root)
+    rank = _env_int("RANK")
+    emit("started", rank=rank, local_rank=_env_int("LOCAL_RANK"), world_size=_env_int("WORLD_SIZE", 1),
+         local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), hostname=socket.gethostname(), backend=None, pid=os.getpid(),
+         workload="command")
+    pattern = spec.get("progress_regex")
+    if pattern:
+        sys.stdout = RegexTee(sys.stdout, re.compile(pattern), rank)
+    if rank == 0:
+        log = trainer_log_path(command, spec.get("output_dir") or "")
+        start = os.path.getsize(log) if os.path.exists(log) else 0  # records of an earlier run are not news
+        threading.Thread(target=tail_trainer_log, args=(log, sys.stdout), kwargs={"offset": start}, name="ftwiz-trainer-log",
+                         daemon=True).start()
+    return run_command(command, root)
+
+
+def code_root(spec: dict[str, Any], rundir: str) -> str:
+    """Where the code is: the shipped copy in the run dir, or the workdir when ``code_dir`` is ``""``."""
+    if spec.get("code_dir", ".") == "":
+        return os.path.expanduser(spec.get("workdir") or os.getcwd())
+    return os.path.join(rundir, CODE_SUBDIR)
+
+
+def run_command(command: list[str], root: str) -> int:
+    """Run a script or ``-m module`` as ``__main__`` here; a ``SystemExit`` gives the code's exit code."""
+    try:
+        if command[0] == "-m":
+            sys.argv = [command[1], *command[2:]]
+            sys.path.insert(0, root)
+            runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(command[0])
+            if not os.path.isfile(script):
+                emit("error", rank=_env_int("RANK"), message=f"{command[0]} not found in {root}: [job].command resolves inside the "
+                     "shipped code_dir (or the node's workdir when code_dir = \"\"); fix the path or code_dir")
+                return 2
+            sys.argv = [script, *command[1:]]
+            sys.path.insert(0, os.path.dirname(script))
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as done:
+        code = done.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    except Exception as error:
+        report_exception(error)
+        return 1
+    return 0
+
+
+def report_exception(error: BaseException) -> None:
+    """The traceback on stderr (as python prints it), an ``error`` line naming the exception and where it
+    was raised, and torchrun's error file (its failure summary then quotes the traceback, as ``@record`` does)."""
+    stack = traceback.format_exc()
+    sys.stderr.write(stack)
+    sys.stderr.flush()
+    where = ""
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        last = frames[-1]
+        where = f" ({os.path.basename(last.filename)} line {last.lineno}, in {last.name})"
+    emit("error", rank=_env_int("RANK"), message=f"{type(error).__name__}: {error}{where}")
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        data = {"message": {"message": f"{type(error).__name__}: {error}",
+                            "extraInfo": {"py_callstack": stack, "timestamp": str(int(time.time()))}}}
+        try:
+            with open(path, "w") as fh:
+                json.dump(data, fh)
+        except OSError:
+            pass
+
+
+class RegexTee(io.TextIOBase):
+    """stdout that also prints a ``progress`` line after each line ``[job].progress_regex`` matches."""
+
+    def __init__(self, inner: TextIO, pattern: "re.Pattern[str]", rank: int) -> None:
+        self.inner, self.pattern, self.rank = inner, pattern, rank
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        written = self.inner.write(text)
+        self._partial += text
+        while "\n" in self._partial:
+            line, self._partial = self._partial.split("\n", 1)
+            record = regex_record(self.pattern, line)
+            if record is not None:
+                self.inner.write(format_line("progress", rank=self.rank, **record) + "\n")
+                self.inner.flush()
+        return written
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.inner, "encoding", "utf-8")
+
+
+def regex_record(pattern: "re.Pattern[str]", line: str) -> Optional[dict[str, Any]]:
+    """Fields of a progress line from the named groups step, total, loss, lr, epoch (None: no match)."""
+    if line.lstrip().startswith('{"ftwiz"'):
+        return None
+    match = pattern.search(line)
+    if match is None:
+        return None
+    groups = match.groupdict()
+    out: dict[str, Any] = {}
+    for group, key, kind in (("step", "step", int), ("total", "total_steps", int), ("loss", "loss", float),
+                             ("lr", "learning_rate", float), ("epoch", "epoch", float)):
+        value = groups.get(group)
+        if value is None:
+            continue
+        try:
+            out[key] = kind(float(value)) if kind is int else float(value)
+        except ValueError:
+            continue
+    return out or None
+
+
+def trainer_log_path(command: list[str], fallback_output_dir: str) -> str:
+    """LLaMA-Factory's ``trainer_log.jsonl``: under the ``output_dir`` its YAML names, else ``[job].output_dir``."""
+    for word in command:
+        if word.endswith((".yaml", ".yml")) and os.path.isfile(word):
+            try:
+                with open(word) as fh:
+                    found = re.search(r"^output_dir:\s*['\"]?([^'\"#\s]+)", fh.read(), re.M)
+            except OSError:
+                found = None
+            if found:
+                return os.path.join(found.group(1), "trainer_log.jsonl")
+    return os.path.join(fallback_output_dir or ".", "trainer_log.jsonl")
+
+
+def tail_trainer_log(path: str, out: TextIO, *, offset: int = 0, stop: Optional[threading.Event] = None) -> None:
+    """Print each record of ``path`` after byte ``offset`` as a ``progress`` line, as it is appended."""
+    pending = ""
+    while stop is None or not stop.is_set():
+        time.sleep(_TAIL_EVERY_S)
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            continue
+        if size < offset:  # rewritten (LLaMA-Factory starts it afresh without resume)
+            offset = 0
+        if size == offset:
+            continue
+        with open(path) as fh:
+            fh.seek(offset)
+            pending += fh.read()
+            offset = fh.tell()
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            record = llamafactory_record(line)
+            if record is not None:
+                out.write(format_line("progress", rank=0, **record) + "\n")
+                out.flush()
+
+
+def llamafactory_record(line: str) -> Optional[dict[str, Any]]:
+    """Progress fields from one ``trainer_log.jsonl`` record (``current_steps``, ``total_steps``, ``loss``, ``lr``, ...)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("current_steps"), int):
+        return None
+    out: dict[str, Any] = {"step": value["current_steps"]}
+    for src, key in (("total_steps", "total_steps"), ("loss", "loss"), ("lr", "learning_rate"), ("learning_rate", "learning_rate"),
+                     ("epoch", "epoch")):
+        if isinstance(value.get(src), (int, float)) and not isinstance(value.get(src), bool):
+            out[key] = value[src]
+    return out
+
+
+def _env_int(name: str, default: int = 0) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+if __name__ == "__main__":
+    sys.exit(main())

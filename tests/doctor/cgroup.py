@@ -1,0 +1,67 @@
+"""A memory-limited cgroup for a test process: cgroup v2 ``memory.max``, or v1 ``memory.limit_in_bytes``.
+
+The kernel's OOM killer then kills the process that exceeds the limit and logs it to /dev/kmsg, as it
+would on a node that ran out of RAM. Needs root; :func:`cgroup_problem` says why not otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Self
+
+__all__ = ["MemoryCgroup", "cgroup_problem"]
+
+_V2 = Path("/sys/fs/cgroup")
+_V1 = Path("/sys/fs/cgroup/memory")
+
+
+def _v2_memory() -> bool:
+    controllers = _V2 / "cgroup.controllers"
+    return controllers.is_file() and "memory" in controllers.read_text().split()
+
+
+def cgroup_problem() -> str | None:
+    """None when a memory cgroup can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "memory cgroups need root"
+    if not _v2_memory() and not (_V1 / "memory.limit_in_bytes").is_file():
+        return "no cgroup memory controller (neither v2 memory.max nor v1 memory.limit_in_bytes)"
+    if not Path("/dev/kmsg").exists():
+        return "no /dev/kmsg to read the OOM killer's record from"
+    return None
+
+
+class MemoryCgroup:
+    """``with MemoryCgroup(64 << 20) as cg: cg.add(pid)`` — removed again on exit (after its members died)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.v2 = _v2_memory()
+        self.path = (_V2 if self.v2 else _V1) / f"ftwiz-doctor-{secrets.token_hex(4)}"
+
+    def __enter__(self) -> Self:
+        self.path.mkdir()
+        limit = "memory.max" if self.v2 else "memory.limit_in_bytes"
+        (self.path / limit).write_text(str(self.limit_bytes))
+        return self
+
+    def add(self, pid: int) -> None:
+        """Move ``pid`` into the cgroup (its later allocations count against the limit)."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def __exit__(self, *exc: object) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                for pid in (self.path / "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(pid), 9)
+                    except OSError:
+                        pass
+                time.sleep(0.2)

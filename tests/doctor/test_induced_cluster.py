@@ -1,0 +1,68 @@
+"""oom.host through the launcher in the namespace cluster, told apart by what the nodes' kernels know.
+
+One rank of a running all-reduce (40 MB tensors) is moved into a memory cgroup limited to 32 MB, so the kernel's OOM
+killer kills it: the doctor says ``oom.host``, *confirmed* by that node's agent (``GET
+/v1/kernel/oom/{pid}``). Another run's rank is SIGKILLed from outside: still ``oom.host`` by its exit,
+but *unconfirmed*: the kernel has no OOM record of that pid. Both on the shared 3-node cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.cluster.fixtures import in_ci
+from tests.doctor.cgroup import MemoryCgroup, cgroup_problem
+from tests.launch.conftest import RunThread, long_allreduce, make_run, rank_pid
+from tui.doctor import diagnose_run, format_first
+from tui.doctor.kernel import agent_kernel_lookup
+
+pytestmark = pytest.mark.slow
+
+
+def _require_cgroups() -> None:
+    problem = cgroup_problem()
+    if problem is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI=true but the OOM-kill test cannot run: {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
+def _run_and_kill(cluster, tmp_path, kill) -> tuple:
+    # 40 MB tensors: each iteration maps fresh pages, which the cgroup must charge (small ones reuse the heap).
+    config = long_allreduce(cluster, sizes_mb=[40.0] * 2000, iterations=2)
+    run = make_run(config, tmp_path)
+    watched = RunThread(run).start()
+    assert watched.wait_ranks(4, 150), watched.notes()
+    victim = rank_pid(run.run_id, 2)
+    node = run.progress.ranks[2].node
+    assert victim is not None
+    kill(victim)
+    result = watched.join(120)
+    assert result.status == "failed", result
+    return config, tmp_path / "runs" / run.run_id, node, victim
+
+
+def test_oom_killer_is_confirmed_and_an_outside_sigkill_is_not(cluster3, tmp_path):
+    _require_cgroups()
+    with MemoryCgroup(32 << 20) as cgroup:
+        config, run_dir, node, victim = _run_and_kill(cluster3, tmp_path / "oom", cgroup.add)
+    found = diagnose_run(run_dir, kernel=agent_kernel_lookup(config))
+    first = found[0]
+    assert (first.cause, first.node, first.rank, first.confirmed) == ("oom.host", node, 2, True), [d.as_dict() for d in found]
+    assert f"Killed process {victim}" in first.evidence[0].text
+    assert "OOM killer" in format_first(found)
+    assert all(d.echo for d in found[1:]), [d.as_dict() for d in found]
+    # The supervisor ran the doctor itself when the run failed: run.json keeps the list.
+    stored = json.loads((run_dir / "run.json").read_text())["diagnoses"]
+    assert (stored[0]["cause"], stored[0]["rank"], stored[0].get("confirmed")) == ("oom.host", 2, True), stored
+
+    config, run_dir, node, victim = _run_and_kill(cluster3, tmp_path / "kill", lambda pid: os.kill(pid, signal.SIGKILL))
+    found = diagnose_run(run_dir, kernel=agent_kernel_lookup(config))
+    first = found[0]
+    assert (first.cause, first.node, first.rank, first.confirmed) == ("oom.host", node, 2, False), [d.as_dict() for d in found]
+    assert "not the OOM killer" in first.explanation

@@ -1,0 +1,180 @@
+"""The doctor's reasoning on small logs: time order across nodes, echoes demoted, the record and kernel.
+
+The log lines below are *constructed* in the shapes ftwiz writes (``node/rank | text``) and torch prints
+(glog stamps, torchrun's "failed (exitcode: -9)" line); the real shapes are exercised by the quoted
+excerpts (test_excerpts.py) and the induced failures (test_induced.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from shared.doctor_signatures import CAUSES, SIGNATURES, is_normal, match_line
+from tui.doctor import as_json, diagnose_files, diagnose_run, format_first, format_text
+from tui.doctor.logs import parse_time, read_log
+
+
+def _write(tmp: Path, name: str, lines: list[str]) -> Path:
+    path = tmp / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_every_signature_names_a_documented_cause_and_a_source():
+    for sig in SIGNATURES:
+        assert sig.cause in CAUSES and sig.source and 1 <= sig.weight <= 10
+
+
+def test_normal_lines_are_never_evidence():
+    assert is_normal("node0:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>")
+    assert is_normal("[deepspeed] OVERFLOW! Gradient overflow. Skipping step, loss scale: 65536 -> 32768")
+    assert match_line("FutureWarning: `tokenizer` is deprecated and will be removed") == []
+    assert match_line("Connection reset by peer")[0].cause == "net.peer_lost"
+
+
+def test_times_from_protocol_glog_and_iso(tmp_path):
+    assert parse_time('{"ftwiz":"heartbeat","rank":1,"step":3,"time":1763800000.5}', year=2026) == 1763800000.5
+    glog = parse_time("E1122 06:12:24.825000 21357 torch/distributed/elastic/multiprocessing/api.py:1002] failed", year=2026)
+    iso = parse_time("  time      : 2026-11-22_06:12:24", year=2000)
+    assert glog is not None and iso is not None and abs(glog - iso - 0.825) < 1e-3
+    path = _write(tmp_path, "node1.log", ["node1/2 | no time here", 'node1/2 | {"ftwiz":"heartbeat","rank":2,"time":1763800000.0}', "node1/2 | after"])
+    os.utime(path, (1763800009.0, 1763800009.0))
+    lines = read_log(path)
+    # unstamped lines take the next stamp below them, else the file's last write
+    assert [(l.node, l.rank, l.time) for l in lines] == [("node1", 2, 1763800000.0), ("node1", 2, 1763800000.0), ("node1", 2, 1763800009.0)]
+
+
+def test_the_first_failure_in_time_wins_and_resets_are_echoes(tmp_path):
+    node0 = _write(tmp_path, "node0.log", [
+        'node0/0 | {"ftwiz":"heartbeat","rank":0,"step":5,"time":1000.0}',
+        'node0/0 | {"ftwiz":"heartbeat","rank":0,"step":6,"time":1009.0}',
+        "node0/0 | RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:3456",
+    ])
+    node2 = _write(tmp_path, "node2.log", [
+        'node2/2 | {"ftwiz":"heartbeat","rank":2,"step":5,"time":1001.0}',
+        "node2/2 | Traceback (most recent call last):",
+        'node2/2 |   File "/home/me/train.py", line 41, in <module>',
+        "node2/2 |     step(batch)",
+        'node2/2 |   File "/home/me/train.py", line 17, in step',
+        "node2/2 |     raise ValueError('bad batch')",
+        "node2/2 | ValueError: bad batch",
+    ])
+    found = diagnose_files([node0, node2])
+    assert [d.cause for d in found] == ["code.error", "net.peer_lost"]
+    first = found[0]
+    assert (first.node, first.rank) == ("node2", 2)
+    assert "train.py:17" in first.explanation and "ValueError: bad batch" in first.explanation
+    assert any(e.file == "node2.log" and e.line == 7 for e in first.evidence)
+    assert found[1].echo and "code.error on node2/rank 2" in found[1].fix
+
+
+def test_earlier_root_cause_beats_a_later_one_across_files(tmp_path):
+    late = _write(tmp_path, "node0.log", ["node0/0 | 2026-01-01 10:00:09 OSError: [Errno 28] No space left on device"])
+    early = _write(tmp_path, "node1.log", ["node1/1 | 2026-01-01 10:00:02 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    assert [d.cause for d in diagnose_files([late, early])] == ["oom.gpu", "disk.full"]
+
+
+def test_a_healthy_log_gives_nothing(tmp_path):
+    path = _write(tmp_path, "node0.log", [
+        "node0/- | Setting OMP_NUM_THREADS environment variable for each process to be 1 in default",
+        'node0/0 | {"ftwiz":"progress","rank":0,"step":10,"loss":2.31,"time":1.0}',
+        "node0/0 | node0:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE",
+        'node0/0 | {"ftwiz":"done","rank":0,"status":"ok","time":2.0}',
+    ])
+    assert diagnose_files([path]) == []
+    assert format_text([]).startswith("no diagnosis") and format_first([]) == ""
+    assert as_json([]) == {"diagnoses": []}
+
+
+def _killed_run(tmp_path: Path, **record_extra) -> tuple[Path, dict]:
+    run = tmp_path / "run"
+    run.mkdir(parents=True)
+    _write(run, "node1.log", [
+        'node1/2 | {"ftwiz":"started","rank":2,"pid":4242,"time":1763800000.0}',
+        "node1/- | E1122 06:12:24.825000 21357 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 0 (pid: 4242) of binary: /venv/bin/python",
+    ])
+    _write(run, "node0.log", ["node0/0 | RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:1"])
+    record = {"status": "failed", "ranks": {"2": {"node": "node1", "pid": 4242}}, **record_extra}
+    (run / "run.json").write_text(json.dumps(record))
+    return run, record
+
+
+def test_sigkill_is_oom_host_confirmed_only_by_the_kernel(tmp_path):
+    run, _ = _killed_run(tmp_path)
+    asked = []
+
+    def kernel_yes(node, pid):
+        asked.append((node, pid))
+        return "Memory cgroup out of memory: Killed process 4242 (python3) total-vm:221368kB"
+
+    confirmed = diagnose_run(run, kernel=kernel_yes)
+    assert confirmed[0].cause == "oom.host" and confirmed[0].confirmed is True and (confirmed[0].node, confirmed[0].rank) == ("node1", 2)
+    assert asked == [("node1", 4242)] and confirmed[0].evidence[0].file == "node1:kernel"
+    unconfirmed = diagnose_run(run, kernel=lambda node, pid: None)
+    assert unconfirmed[0].cause == "oom.host" and unconfirmed[0].confirmed is False
+    assert "not the OOM killer" in unconfirmed[0].explanation
+    assert "confirmed" not in as_json(diagnose_run(run))["diagnoses"][0]  # nobody asked: neither
+
+
+def test_a_sigkill_after_ftwiz_began_stopping_is_ftwizs_own(tmp_path):
+    run, _ = _killed_run(tmp_path)
+    stamp = read_log(run / "node1.log")[1].time  # the kill line's own time (its year from the line above)
+    assert stamp is not None
+    run, _ = _killed_run(tmp_path / "again", stop_requested_at=stamp - 10, stop_reason="rank 3 failed")
+    assert [d.cause for d in diagnose_run(run)] == ["net.peer_lost"]
+
+
+def test_json_document_shape(tmp_path):
+    path = _write(tmp_path, "node3.log", ["[rank5]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 86.00 MiB."])
+    doc = as_json(diagnose_files([path], record={"config": {"job": {"micro_batch_size": 4, "grad_accum_steps": 2, "method": "lora"}}}))
+    item = doc["diagnoses"][0]
+    assert set(item) == {"cause", "node", "rank", "evidence", "explanation", "fix"}
+    assert (item["cause"], item["node"], item["rank"]) == ("oom.gpu", "node3", 5)
+    assert item["evidence"] == [{"file": "node3.log", "line": 1, "text": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 86.00 MiB."}]
+    assert "micro_batch_size 4 -> 2" in item["fix"] and "grad_accum_steps 2 -> 4" in item["fix"]
+
+
+def test_the_headless_printer_ends_a_failed_run_with_the_first_diagnosis():
+    import io
+
+    from tui.doctor.hook import WHY_PREFIX, why_note
+    from tui.launch.commands import HeadlessPrinter
+    from tui.launch.events import RunFinished, RunNote, RunResult
+    from tui.launch.status import RunStatus
+
+    out, err = io.StringIO(), io.StringIO()
+    printer = HeadlessPrinter(out, err)
+    why = "why: oom.host — the kernel's OOM killer killed pid 7 on node1 (rank 2)"
+    printer(RunNote(why, "error"))
+    printer(RunFinished(RunResult("r1", RunStatus.FAILED, 1, reason="rank 2 failed", failed_node="node1", failed_rank=2)))
+    lines = err.getvalue().splitlines()
+    assert lines[0].startswith("ftwiz: run r1 FAILED") and lines[-2] == f"ftwiz: {why}" and lines[-1].endswith("ftwiz --why r1")
+    assert why.startswith(WHY_PREFIX) and why_note([("info", "x"), ("error", why)]) == why
+
+
+def test_differing_versions_lead_when_the_log_shows_only_a_socket_error(tmp_path):
+    from tui.doctor import diagnose_lines
+    from tui.doctor.logs import read_log
+    from tui.doctor.versions import versions_from_reports
+
+    class Software:  # the shape of shared.models.SoftwareVersions
+        def __init__(self, torch, nccl):
+            self.torch, self.torch_cuda, self.nccl, self.python = torch, "12.1", nccl, "3.11.7"
+
+    class Report:
+        def __init__(self, torch, nccl):
+            self.software, self.driver_version = Software(torch, nccl), "550.54.15"
+
+    versions = versions_from_reports({"node0": Report("2.3.0", "2.20.5"), "node1": Report("2.3.0", "2.20.5"), "node2": Report("2.1.2", "2.18.1")})
+    path = _write(tmp_path, "node0.log", ["node0/0 | RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:3"])
+    found = diagnose_lines(read_log(path), record={"versions": versions})
+    assert [d.cause for d in found] == ["version.skew", "net.peer_lost"]
+    assert found[0].node == "node2" and "torch, nccl differ" in found[0].explanation and "node2" in found[0].fix
+    assert found[0].evidence[0].text == "versions.torch: node0=2.3.0, node1=2.3.0, node2=2.1.2"
+    # A real root cause in the log stays first; the skew follows it.
+    oom = _write(tmp_path, "node1.log", ["node1/1 | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    assert [d.cause for d in diagnose_lines(read_log(oom), record={"versions": versions})] == ["oom.gpu", "version.skew"]
+    same = versions_from_reports({"a": Report("2.3.0", "2.20.5"), "b": Report("2.3.0", "2.20.5")})
+    assert [d.cause for d in diagnose_lines(read_log(path), record={"versions": same})] == ["net.peer_lost"]

@@ -1,0 +1,159 @@
+"""Unit tests for user code: shipping (ignore rules, cap, manifest), the command's argv and environment."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared.config import FtwizConfig, JobConfig, NodeConfig
+from tui.launch.codeship import CodeDirError, collect_code, resolve_code_dir
+from tui.launch.nodefiles import node_files
+from tui.launch.plan import build_plan, start_script
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _tree(root: Path, files: dict[str, bytes]) -> Path:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def test_ignore_rules_and_manifest(tmp_path):
+    root = _tree(tmp_path / "proj", {
+        "train.py": b"print('hi')\n",
+        "configs/a.yml": b"lr: 1\n",
+        "data/big.bin": b"x" * 100,
+        "data/keep.txt": b"keep",
+        "notes.log": b"log",
+        "sub/deep/notes.log": b"log",
+        ".git/HEAD": b"ref",
+        "pkg/__pycache__/m.cpython-311.pyc": b"\0",
+        ".venv/bin/python": b"",
+        "checkpoints/step1/model.bin": b"w",
+        ".gitignore": b"# data stays on the nodes\ndata/*\n!data/keep.txt\n*.log\n/checkpoints/\n",
+    })
+    bundle = collect_code(root)
+    assert sorted(bundle.files) == [".gitignore", "configs/a.yml", "data/keep.txt", "train.py"]
+    entry = next(e for e in bundle.manifest if e["path"] == "train.py")
+    assert entry == {"path": "train.py", "bytes": 12, "sha256": hashlib.sha256(b"print('hi')\n").hexdigest()}
+    assert set(bundle.payload()) == {f"code/{p}" for p in bundle.files}
+    record = bundle.record()
+    assert record["sha256"] == bundle.sha256 and len(record["sha256"]) == 64 and record["bytes"] == bundle.total_bytes
+    # The tree hash changes with any shipped byte, not with ignored ones.
+    before = bundle.sha256
+    (root / "notes.log").write_bytes(b"other")
+    assert collect_code(root).sha256 == before
+    (root / "train.py").write_bytes(b"print('changed')\n")
+    assert collect_code(root).sha256 != before
+
+
+def test_over_the_cap_names_the_biggest_files_and_the_fix(tmp_path):
+    root = _tree(tmp_path / "proj", {"train.py": b"pass\n"})
+    with open(root / "weights.safetensors", "wb") as fh:
+        fh.truncate(5_000_000)  # sparse: costs no disk
+    with pytest.raises(CodeDirError) as caught:
+        collect_code(root, max_bytes=1_000_000)
+    message = str(caught.value)
+    assert "weights.safetensors (5.0 MB)" in message and "over the 1.0 MB cap" in message
+    assert ".ftwizignore" in message and 'code_dir = ""' in message
+
+
+def test_missing_code_dir_is_an_error_with_the_fix(tmp_path):
+    with pytest.raises(CodeDirError, match="not a directory"):
+        collect_code(tmp_path / "nope")
+    assert resolve_code_dir("src", str(tmp_path)) == (tmp_path / "src").resolve()
+
+
+def _config(**job) -> FtwizConfig:
+    return FtwizConfig(nodes=[NodeConfig(name="n0", host="10.0.0.1", python="/opt/py"), NodeConfig(name="n1", host="10.0.0.2")],
+                       job=JobConfig(**job))
+
+
+def test_command_argv_env_and_start_script():
+    config = _config(workload="command", command=["train.py", "--lr", "1e-4"], env={"WANDB_MODE": "offline"}, code_dir="")
+    plans = build_plan(config, "r1", rundirs={"n0": "/w/runs/r1", "n1": "/w/runs/r1"})
+    argv = plans[0].argv
+    assert argv[-4:] == ["-m", "ftwiz_workloads.usercode", "--spec", "/w/runs/r1/job.json"]
+    assert "--max-restarts=0" in argv and "--tee=3" in argv
+    env = plans[1].env
+    assert env["WANDB_MODE"] == "offline" and env["FTWIZ_RUN_ID"] == "r1" and env["OMP_NUM_THREADS"] == "1"
+    assert "export WANDB_MODE=offline" in start_script(plans[0], "/w/runs/r1")
+    sft = build_plan(_config(), "r1", rundirs={"n0": "/w", "n1": "/w"})
+    assert sft[0].argv[-4:] == ["-m", "ftwiz_workloads", "--spec", "/w/job.json"] and "WANDB_MODE" not in sft[0].env
+
+
+def test_node_files_ship_the_code_and_record_it(tmp_path):
+    root = _tree(tmp_path / "proj", {"train.py": b"print(1)\n", "runs/old/x.log": b"old"})
+    config = _config(workload="command", command=["train.py"], code_dir="proj")
+    built = node_files(config, config.nodes[0], run_id="r2", workdir_abs="/w", rundir_abs="/w/runs/r2", package={},
+                       reports={}, network_env=None, resume=False, output_dir="out", config_dir=str(tmp_path))
+    assert built.files["code/train.py"] == b"print(1)\n" and "code/runs/old/x.log" not in built.files
+    code = built.run_record["code"]
+    assert code["root"] == str(root) and [f["path"] for f in code["files"]] == ["train.py"]
+    assert json.loads(built.files["job.json"])["command"] == ["train.py"]
+
+
+def test_the_runner_runs_a_script_with_its_argv_and_exit_code(tmp_path):
+    """The node-side runner (shipped with the workloads) runs the command as __main__ with its argv, from the code dir."""
+    rundir = tmp_path / "run"
+    (rundir / "code").mkdir(parents=True)
+    (rundir / "code" / "train.py").write_text(
+        "import os, sys\nprint('argv', sys.argv[1:], 'cwd', os.path.basename(os.getcwd()), __name__)\n"
+        "print('step 3/5 loss 0.25', flush=True)\nsys.exit(3)\n")
+    spec = {"command": ["train.py", "--lr", "1e-4"], "code_dir": ".", "workdir": str(tmp_path), "progress_regex": r"step (?P<step>\d+)/(?P<total>\d+) loss (?P<loss>[0-9.]+)"}
+    (rundir / "job.json").write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, "-m", "agent.workloads.usercode", "--spec", str(rundir / "job.json")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "RANK": "1"}, check=False)
+    assert done.returncode == 3, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith('{"ftwiz":"started","rank":1')
+    assert lines[1] == "argv ['--lr', '1e-4'] cwd code __main__"
+    assert lines[2] == "step 3/5 loss 0.25"
+    progress = json.loads(lines[3])
+    assert (progress["ftwiz"], progress["step"], progress["total_steps"], progress["loss"]) == ("progress", 3, 5, 0.25)
+
+
+def test_the_runner_names_a_missing_script(tmp_path):
+    (tmp_path / "job.json").write_text(json.dumps({"command": ["nope.py"], "code_dir": "", "workdir": str(tmp_path)}))
+    done = subprocess.run([sys.executable, "-m", "agent.workloads.usercode", "--spec", str(tmp_path / "job.json")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert re.search(r'"ftwiz":"error".*nope.py not found', done.stdout)
+
+
+def test_llamafactory_tail_turns_records_into_progress_lines(tmp_path):
+    """The node-side tail of trainer_log.jsonl (record quoted from hiyouga/LlamaFactory#4350)."""
+    import io
+    import threading
+
+    from agent.workloads.usercode import tail_trainer_log, trainer_log_path
+
+    yaml = tmp_path / "x.yaml"
+    yaml.write_text(f"stage: sft\noutput_dir: {tmp_path}/saves/lora\n")
+    path = trainer_log_path([str(yaml)], "fallback")
+    assert path == f"{tmp_path}/saves/lora/trainer_log.jsonl"
+    Path(path).parent.mkdir(parents=True)
+    out, stop = io.StringIO(), threading.Event()
+    worker = threading.Thread(target=tail_trainer_log, args=(path, out), kwargs={"stop": stop})
+    worker.start()
+    Path(path).write_text('{"current_steps": 45, "total_steps": 82, "loss": 0.5613, "learning_rate": 6.496815614866792e-06, '
+                          '"epoch": 0.5462822458270106, "percentage": 54.88, "elapsed_time": "0:29:15", "remaining_time": "0:24:03"}\n')
+    deadline = 60.0
+    import time
+    start = time.monotonic()
+    while '"step":45' not in out.getvalue() and time.monotonic() - start < deadline:
+        time.sleep(0.1)
+    stop.set()
+    worker.join(10)
+    line = json.loads(out.getvalue().splitlines()[0])
+    assert (line["ftwiz"], line["step"], line["total_steps"], line["loss"]) == ("progress", 45, 82, 0.5613)

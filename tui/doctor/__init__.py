@@ -1,0 +1,80 @@
+"""The failure doctor: why a run failed, from its logs and record, root cause first (``ftwiz --why``).
+
+``diagnose_run(run_dir, record)`` reads ``runs/<id>/*.log`` and ``run.json``; ``diagnose_files(paths)``
+reads any logs (a file named ``NODE.log`` is that node's). Both return :class:`Diagnosis` items, most
+likely root cause first, echoes of another rank's death demoted, and an empty list when nothing points
+to a failure. The signatures are data in ``shared/doctor_signatures.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .diagnose import KernelLookup, rank_findings
+from .findings import find
+from .logs import protocol, read_log
+from .model import Diagnosis, Evidence, LogLine
+from .report import as_json, format_first, format_text
+from .versions import place_skew, skew_diagnosis
+
+__all__ = [
+    "Diagnosis",
+    "Evidence",
+    "KernelLookup",
+    "as_json",
+    "diagnose_files",
+    "diagnose_lines",
+    "diagnose_run",
+    "format_first",
+    "format_text",
+]
+
+
+def diagnose_run(run_dir: Path, record: Mapping[str, Any] | None = None, *,
+                 kernel: KernelLookup | None = None) -> list[Diagnosis]:
+    """Diagnose a run record directory (``run.json`` read when ``record`` is not given)."""
+    run_dir = Path(run_dir)
+    if record is None:
+        try:
+            record = json.loads((run_dir / "run.json").read_text())
+        except (OSError, ValueError):
+            record = None
+    logs = sorted(p for p in run_dir.glob("*.log") if p.is_file())
+    return diagnose_files(logs, record=record, kernel=kernel)
+
+
+def diagnose_files(paths: Sequence[Path], *, record: Mapping[str, Any] | None = None,
+                   kernel: KernelLookup | None = None) -> list[Diagnosis]:
+    """Diagnose log files (OSError for one that cannot be read)."""
+    lines: list[LogLine] = []
+    for path in paths:
+        lines.extend(read_log(Path(path), start_order=len(lines) + 1))
+    return diagnose_lines(lines, record=record, kernel=kernel)
+
+
+def diagnose_lines(lines: Sequence[LogLine], *, record: Mapping[str, Any] | None = None,
+                   kernel: KernelLookup | None = None) -> list[Diagnosis]:
+    """Diagnose lines already read (``record["versions"]``, when present, can add ``version.skew``)."""
+    found = rank_findings(find(lines, pid_ranks=_pid_ranks(lines, record)), lines, record=record, kernel=kernel)
+    versions = (record or {}).get("versions")
+    if found and isinstance(versions, Mapping):
+        found = place_skew(found, skew_diagnosis(versions))
+    return found
+
+
+def _pid_ranks(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> dict[tuple[str | None, int], int]:
+    """Which global rank each worker pid was: from the run record's ranks, else the ``started`` lines."""
+    out: dict[tuple[str | None, int], int] = {}
+    for rank, info in ((record or {}).get("ranks") or {}).items():
+        if isinstance(info, Mapping) and info.get("pid") is not None:
+            out[(info.get("node"), int(info["pid"]))] = int(rank)
+            out[(None, int(info["pid"]))] = int(rank)
+    for line in lines:
+        obj = protocol(line.text) if '"started"' in line.text else None
+        if obj and obj.get("ftwiz") == "started" and obj.get("pid") is not None and obj.get("rank") is not None:
+            out.setdefault((line.node, int(obj["pid"])), int(obj["rank"]))
+            out.setdefault((None, int(obj["pid"])), int(obj["rank"]))
+    return out

@@ -1,0 +1,87 @@
+"""``ftwiz --why [RUN_ID]`` and ``ftwiz --why-log FILE...``: print the diagnoses (text or ``--json``).
+
+Exit 0 when a diagnosis was printed or none was found, 2 for a usage error (no such run, no runs at all,
+an unreadable file), naming what is missing. ``--why`` also asks the nodes' agents (from the config,
+when one loads) for the kernel's OOM-kill record of a SIGKILLed worker.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import as_json, diagnose_files, diagnose_run, format_text
+from .diagnose import KernelLookup
+
+__all__ = ["why_main"]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+def _err(message: str) -> None:
+    print(f"ftwiz: {message}", file=sys.stderr, flush=True)
+
+
+def why_main(*, run_id: str | None, files: Sequence[str] | None, json_output: bool, config_path: str | None = None) -> int:
+    """Diagnose a run (``run_id``; ``""`` for the latest) or log ``files``; print; return the exit code."""
+    if files is not None:
+        paths = [Path(f) for f in files]
+        for path in paths:
+            problem = _unreadable(path)
+            if problem:
+                _err(f"--why-log: cannot read {path}: {problem}")
+                return EXIT_USAGE
+        diagnoses = diagnose_files(paths)
+    else:
+        from tui.launch.record import latest_run_id, runs_dir
+
+        base = runs_dir()
+        chosen = run_id or latest_run_id(base)
+        if not chosen:
+            _err(f"--why: no runs under {base}/ (set FTWIZ_RUNS_DIR or run from the directory that holds runs/)")
+            return EXIT_USAGE
+        run_dir = base / chosen
+        if not (run_dir / "run.json").is_file():
+            _err(f"--why: no run {chosen!r}: {run_dir / 'run.json'} does not exist (ls {base}/ lists the runs)")
+            return EXIT_USAGE
+        try:
+            record = json.loads((run_dir / "run.json").read_text())
+        except (OSError, ValueError) as exc:
+            _err(f"--why: cannot read {run_dir / 'run.json'}: {exc}")
+            return EXIT_USAGE
+        diagnoses = diagnose_run(run_dir, record, kernel=_kernel(config_path))
+    if json_output:
+        print(json.dumps(as_json(diagnoses), indent=2))
+    else:
+        print(format_text(diagnoses))
+    return EXIT_OK
+
+
+def _unreadable(path: Path) -> str | None:
+    try:
+        with path.open("rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _kernel(config_path: str | None) -> KernelLookup | None:
+    """The agents' kernel lookup when a config loads; None (unconfirmed) otherwise."""
+    try:
+        from shared.config import ConfigError
+        from tui.config_io import load_config
+
+        from .kernel import agent_kernel_lookup
+    except ImportError:
+        return None
+    try:
+        loaded: Any = load_config(config_path)
+    except ConfigError as exc:
+        _err(f"warning: no config ({exc}); a SIGKILL cannot be checked against the nodes' kernel logs")
+        return None
+    return agent_kernel_lookup(loaded.config)

@@ -1,0 +1,140 @@
+"""Findings to diagnoses: group by cause, node and rank; root causes first in time; echoes demoted.
+
+One failure makes every other rank print something (a reset connection, a watchdog timeout, a closed
+rendezvous, torchrun's ChildFailedError summary). Those are *echoes*: they go below every root cause,
+however early they are. Among root causes the earliest (across nodes, by the lines' times) comes first,
+then the more telling signature. What the cluster knows overrides the log: a worker SIGKILL that ftwiz
+did not send is ``oom.host``, *confirmed* when the node's kernel recorded an OOM kill of that pid.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from shared.doctor_signatures import CAUSES, FIXES
+
+from .fixes import computed_fix
+from .model import Diagnosis, Evidence, Finding, LogLine
+
+__all__ = ["KernelLookup", "rank_findings"]
+
+#: ``(node, pid) -> the kernel's OOM-kill line for that pid, or None``; raises OSError when it cannot ask.
+KernelLookup = Callable[[str | None, int], str | None]
+
+_MAX_EVIDENCE = 4
+_FAILED_RE = re.compile(r"ChildFailedError|failed \(exitcode: -?\d+\)|^\s*exitcode\s*:\s*-?[1-9]")
+
+
+def rank_findings(
+    findings: Sequence[Finding],
+    lines: Sequence[LogLine],
+    *,
+    record: Mapping[str, Any] | None = None,
+    kernel: KernelLookup | None = None,
+) -> list[Diagnosis]:
+    """The diagnoses, most likely root cause first (empty when nothing points to a failure)."""
+    findings = [f for f in findings if not _sent_by_ftwiz(f, record)]
+    groups: dict[tuple[str, str | None, int | None], list[Finding]] = {}
+    for finding in findings:
+        groups.setdefault((finding.cause, finding.where.node, finding.where.rank), []).append(finding)
+    diagnoses = [_diagnosis(key, group, record, kernel) for key, group in groups.items()]
+    diagnoses.sort(key=lambda d: (d.echo, _time_key(d.time), -_weight(groups, d), d.node or "", -1 if d.rank is None else d.rank))
+    first_root = next((d for d in diagnoses if not d.echo), None)
+    for diag in diagnoses:
+        diag.fix = computed_fix(diag, record=record, lines=lines, first_root=first_root if diag.echo else None) or diag.fix
+    if not diagnoses and (_failed(record) or _failure_lines(lines)):
+        diagnoses.append(_unknown(lines, record))
+    return diagnoses
+
+
+def _time_key(value: float | None) -> float:
+    return value if value is not None else math.inf
+
+
+def _weight(groups: Mapping[tuple[str, str | None, int | None], list[Finding]], diag: Diagnosis) -> int:
+    return max(f.weight for f in groups[(diag.cause, diag.node, diag.rank)])
+
+
+def _diagnosis(key: tuple[str, str | None, int | None], group: list[Finding], record: Mapping[str, Any] | None,
+               kernel: KernelLookup | None) -> Diagnosis:
+    cause, node, rank = key
+    group = sorted(group, key=lambda f: (_time_key(f.where.time), f.where.order))
+    evidence: list[Evidence] = []
+    for finding in group:
+        for line in [finding.where, *finding.extra]:
+            item = Evidence(line.file, line.line, line.text.strip()[:400])
+            if item not in evidence and len(evidence) < _MAX_EVIDENCE:
+                evidence.append(item)
+    first = group[0]
+    where = f"{node or '?'}/rank {rank}" if rank is not None else (node or "the log")
+    explanation = f"{CAUSES[cause]} on {where}"
+    if first.detail:
+        explanation += f": {first.detail}"
+    if len(group) > 1:
+        explanation += f" ({len(group)} lines)"
+    diag = Diagnosis(cause, node, rank, evidence, explanation, FIXES[cause], echo=all(f.echo for f in group),
+                     time=min((f.where.time for f in group if f.where.time is not None), default=None), detail=first.detail)
+    if cause == "oom.host":
+        _confirm_oom(diag, group, record, kernel)
+    return diag
+
+
+def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Mapping[str, Any] | None, kernel: KernelLookup | None) -> None:
+    """Ask the node's kernel whether it OOM-killed the pid; say plainly when nobody could ask."""
+    pids = [int(f.detail.split()[1]) for f in group if f.detail.startswith("pid ")]
+    if not pids:
+        return
+    if kernel is None:
+        diag.explanation += "; unconfirmed: the kernel's OOM record was not consulted (no agent for this log)"
+        return
+    for pid in pids:
+        try:
+            found = kernel(diag.node, pid)
+        except OSError as exc:
+            diag.explanation += f"; unconfirmed: could not read {diag.node}'s kernel log ({exc})"
+            return
+        if found:
+            diag.confirmed = True
+            diag.evidence.insert(0, Evidence(f"{diag.node or 'node'}:kernel", 0, found.strip()[:400]))
+            diag.explanation = f"the kernel's OOM killer killed pid {pid} on {diag.node} (rank {diag.rank}): host memory ran out"
+            return
+    diag.confirmed = False
+    diag.explanation = (f"pid {pids[0]} on {diag.node} (rank {diag.rank}) was killed by SIGKILL that ftwiz did not send; "
+                        "the node's kernel has no OOM-kill record for it: something outside killed it (a user, a job "
+                        "scheduler, a watchdog), not the OOM killer")
+    diag.fix = "find who sent SIGKILL on that node (`journalctl --since`, the scheduler's log); the kernel did not OOM-kill it"
+
+
+def _sent_by_ftwiz(finding: Finding, record: Mapping[str, Any] | None) -> bool:
+    """A SIGKILL after ftwiz began stopping the run is ftwiz's own (its grace period ran out)."""
+    if finding.cause != "oom.host" or not record or not finding.detail.startswith("pid "):
+        return False
+    stop_at = record.get("stop_requested_at")
+    when = finding.where.time
+    if stop_at is None or when is None:
+        return False
+    # ftwiz stops with SIGTERM and sends SIGKILL only after its grace period: a kill seen later is ours.
+    return when > float(stop_at) + 0.5
+
+
+def _failed(record: Mapping[str, Any] | None) -> bool:
+    return bool(record) and str(record.get("status")) in ("failed", "launch_failed")  # type: ignore[union-attr]
+
+
+def _failure_lines(lines: Sequence[LogLine]) -> list[LogLine]:
+    """torchrun's own words that a worker failed (exit code, ChildFailedError) with no cause named."""
+    return [line for line in lines if _FAILED_RE.search(line.text)]
+
+
+def _unknown(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> Diagnosis:
+    failed = (record or {}).get("failed") or {}
+    node, rank = failed.get("node"), failed.get("rank")
+    mine = [line for line in lines if line.node == node and (rank is None or line.rank in (rank, None)) and line.text.strip()]
+    if not record:
+        mine = _failure_lines(lines) or mine
+    evidence = [Evidence(line.file, line.line, line.text.strip()[:400]) for line in mine[-_MAX_EVIDENCE:]]
+    reason = (record or {}).get("reason") or "the run failed"
+    return Diagnosis("unknown", node, rank, evidence, f"no known signature in the logs; {reason}", FIXES["unknown"])

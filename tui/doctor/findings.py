@@ -1,0 +1,85 @@
+"""From lines to findings: the signature table applied to every line, Python tracebacks read whole.
+
+A traceback is one finding at its exception line: when that line matches a signature (a CUDA OOM, a
+full disk, a reset connection) the signature speaks; otherwise it is ``code.error`` naming the
+innermost frame of the user's own code (not site-packages) and the exception. torchrun's
+"failed (exitcode: -9) ... (pid: P)" line is a SIGKILL of a worker: ``oom.host`` until the record and
+the kernel say more.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from shared.doctor_signatures import is_normal, match_line
+
+from .model import Finding, LogLine
+
+__all__ = ["KILLED_RE", "find"]
+
+KILLED_RE = re.compile(r"failed \(exitcode: -9\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+_EXC_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)|[A-Za-z_][\w.]*Error\b)(?::\s?(?P<msg>.*))?$")
+_LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen", "/torch/", "<string>")
+_ECHO_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "DistNetworkError", "SignalException", "KeyboardInterrupt")
+_SIGNAL_SOURCE = "https://github.com/pytorch/pytorch/issues/76287 (torchrun: 'failed (exitcode: -9)' for a SIGKILLed worker)"
+
+
+@dataclass
+class _Traceback:
+    start: LogLine
+    frames: list[tuple[LogLine, str, int, str]] = field(default_factory=list)
+
+
+def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], int] | None = None) -> list[Finding]:
+    """Every finding in ``lines`` (one per matching line; a traceback is one finding)."""
+    findings: list[Finding] = []
+    open_tb: dict[tuple[str, int | None], _Traceback] = {}
+    for line in lines:
+        stream = (line.file, line.rank)
+        text = line.text
+        if text.startswith("Traceback (most recent call last):"):
+            open_tb[stream] = _Traceback(line)
+            continue
+        tb = open_tb.get(stream)
+        if tb is not None:
+            frame = _FRAME_RE.match(text)
+            if frame:
+                tb.frames.append((line, frame.group("file"), int(frame.group("line")), (frame.group("func") or "").strip()))
+                continue
+            if text.startswith((" ", "\t")) or not text.strip() or text.lstrip().startswith(("^", "~")):
+                continue
+            exc = _EXC_RE.match(text.strip())
+            del open_tb[stream]
+            if exc:
+                finding = _from_traceback(tb, line, exc.group("type"), exc.group("msg") or "")
+                if finding is not None:
+                    findings.append(finding)
+                    continue
+        killed = KILLED_RE.search(text)
+        if killed:
+            pid = int(killed.group("pid"))
+            rank = (pid_ranks or {}).get((line.node, pid), (pid_ranks or {}).get((None, pid)))
+            where = LogLine(line.file, line.line, line.node, rank, line.text, line.time, line.order)
+            findings.append(Finding("oom.host", 6, False, where, detail=f"pid {pid} was killed by SIGKILL", source=_SIGNAL_SOURCE))
+            continue
+        for sig in match_line(text)[:1]:
+            findings.append(Finding(sig.cause, sig.weight, sig.echo, line, source=sig.source))
+    return findings
+
+
+def _from_traceback(tb: _Traceback, exc_line: LogLine, exc_type: str, message: str) -> Finding | None:
+    """The finding of one traceback, or None when its exception line is left to the signatures."""
+    if is_normal(exc_line.text) or match_line(exc_line.text) or exc_type.rsplit(".", 1)[-1] in _ECHO_EXCEPTIONS:
+        return None
+    if not tb.frames:
+        return None
+    own = [f for f in tb.frames if not any(marker in f[1] for marker in _LIBRARY)]
+    frame_line, file, number, func = (own or tb.frames)[-1]
+    short = exc_type.rsplit(".", 1)[-1]
+    where = f"{file}:{number}" + (f" in {func}" if func else "")
+    detail = f"{short}: {message}".rstrip(": ") + f" at {where}"
+    return Finding("code.error", 7, False, exc_line, extra=[frame_line], detail=detail,
+                   source="Python traceback (docs.python.org/3/library/traceback.html)")
