@@ -45,6 +45,9 @@ from shared.catalog import ModelArch, linear_layers, param_breakdown, param_coun
 from shared.config import JobConfig
 from shared.estimate_types import GIB, Estimate, MemoryItem, Sharding
 
+# the verdict half lives in shared/fit.py; re-exported here, where callers have always found it
+from shared.fit import TIGHT_HEADROOM, Lever, Verdict, best_lever, choose_sharding, fit
+
 __all__ = [
     "ALLOCATOR_OVERHEAD",
     "CUDA_CONTEXT_BYTES",
@@ -178,7 +181,7 @@ def estimate(
     notes: list[str] = []
     static = [_weights(case, double_quant=double_quant, upcast_non_quantized=upcast_non_quantized)]
     trainable, adapters = _trainable(case, notes)
-    static += adapters + [_optimizer_states(case, trainable, notes)] + _sharding_overhead(case, trainable)
+    static += [*adapters, _optimizer_states(case, trainable, notes), *_sharding_overhead(case, trainable)]
     phase_a = _backward_phase(case, static, trainable, quantized_matmul_keeps_input)
     phase_b = _optimizer_phase(case, static, trainable)
     a_items, b_items = _finish(case, phase_a), _finish(case, phase_b)
@@ -345,7 +348,3 @@ def _finish(case: _Case, items: list[MemoryItem]) -> list[MemoryItem]:
                                 formula="CUDA context + cuBLAS workspace, typically 0.5–1 GiB (assumed 0.75)"))
     return items
 
-
-# --------------------------------------------------------------------------- verdict
-# the verdict half lives in shared/fit.py; re-exported here, where callers have always found it
-from shared.fit import TIGHT_HEADROOM, Lever, Verdict, best_lever, choose_sharding, fit

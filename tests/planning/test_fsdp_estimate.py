@@ -89,8 +89,8 @@ def test_auto_keeps_ddp_when_it_fits() -> None:
 def test_auto_the_smallest_gpu_decides() -> None:
     """FSDP shards evenly: one small card in the group bounds every shard."""
     big = [80 * GIB] * 7
-    assert choose_sharding(LLAMA7, _job(sharding="auto"), dp_size=8, free_bytes=big + [80 * GIB])[0] == "fsdp"
-    sharding, why = choose_sharding(LLAMA7, _job(sharding="auto"), dp_size=8, free_bytes=big + [4 * GIB])
+    assert choose_sharding(LLAMA7, _job(sharding="auto"), dp_size=8, free_bytes=[*big, 80 * GIB])[0] == "fsdp"
+    sharding, why = choose_sharding(LLAMA7, _job(sharding="auto"), dp_size=8, free_bytes=[*big, 4 * GIB])
     assert sharding == "ddp" and "neither fits" in why
 
 
