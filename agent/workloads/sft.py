@@ -99,6 +99,8 @@ def _precision(wanted: str, cuda: bool, notes: list[str]) -> tuple[bool, bool]:
 
 def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     """Train; return the exit code. The process group is already up. ``sharding = "fsdp"`` goes to :mod:`.fsdp_train`."""
+    if ranks.is_main and spec.job.get("sharding_reason"):
+        note(f'sharding = "auto" -> {spec["sharding"]}: {spec.job["sharding_reason"]}', rank=ranks.rank)
     if spec["sharding"] == "fsdp":
         from . import fsdp_train
 

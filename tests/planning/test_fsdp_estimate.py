@@ -97,3 +97,45 @@ def test_auto_the_smallest_gpu_decides() -> None:
 def test_explicit_sharding_is_kept() -> None:
     assert choose_sharding(LLAMA7, _job(sharding="ddp"), dp_size=8, free_bytes=[80 * GIB] * 8)[0] == "ddp"
     assert choose_sharding(LLAMA7, _job(sharding="fsdp", method="lora"), dp_size=2, free_bytes=[80 * GIB] * 2)[0] == "fsdp"
+
+
+def _cluster(sharding: str, method: str = "full", model: str = "meta-llama/Llama-2-7b-hf"):
+    from shared.config import FtwizConfig, NodeConfig
+    from tests.tui.fixture_cluster import constructed_report
+
+    # GPUs 0 and 1 of each node: the fixture shows a stale process holding most of GPU 3
+    config = FtwizConfig(nodes=[NodeConfig(name="n0", host="10.0.0.1", gpus=[0, 1]), NodeConfig(name="n1", host="10.0.0.2", gpus=[0, 1])],
+                         job=JobConfig(model=model, method=method, sharding=sharding, optimizer="adamw", seq_len=2048))
+    reports = {n.name: constructed_report(n.name, n.host, "h100-sxm-8x") for n in config.nodes}
+    return config, reports
+
+
+def test_a_launch_writes_what_auto_picked_into_job_json() -> None:
+    """Two 8×H100 nodes (the agent's constructed NVML fixture): a 7B full fine-tune does not fit DDP, so the
+    job.json every node gets says fsdp, with the reason; a 7B QLoRA stays ddp; an explicit choice is kept."""
+    from tui.checks.resources import launch_sharding
+    from tui.launch.nodefiles import node_files
+
+    config, reports = _cluster("auto")
+    assert launch_sharding(config, reports)[0] == "fsdp"
+    built = node_files(config, config.nodes[1], run_id="r1", workdir_abs="/w", rundir_abs="/w/runs/r1", package={},
+                       reports=reports, network_env=None, resume=False, output_dir="out")
+    spec = json.loads(built.files["job.json"])
+    assert spec["sharding"] == "fsdp" and "ddp needs" in spec["sharding_reason"]
+    assert launch_sharding(*_cluster("auto", method="qlora"))[0] == "ddp"
+    config, reports = _cluster("ddp")
+    assert launch_sharding(config, reports)[0] == "ddp"
+    assert "sharding_reason" not in json.loads(node_files(config, config.nodes[0], run_id="r1", workdir_abs="/w", rundir_abs="/w/runs/r1",
+                                                          package={}, reports=reports, network_env=None, resume=False,
+                                                          output_dir="out").files["job.json"])
+
+
+def test_one_busy_gpu_bounds_every_shard() -> None:
+    """All 8 GPUs of the fixture: GPU 3's stale process leaves 7 GiB, which no 7B full fine-tune shard fits."""
+    from tui.checks.resources import launch_sharding
+
+    config, reports = _cluster("auto")
+    for node in config.nodes:
+        node.gpus = "all"
+    sharding, why = launch_sharding(config, reports)
+    assert sharding == "ddp" and "neither fits the smallest GPU's 7.14 GiB free" in why
