@@ -49,7 +49,12 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
     if plan.fp16 and ranks.is_main:
         note("sharding = \"fsdp\" runs fp16 GPUs in fp32 (no loss scaling under FSDP2 here); use bf16 where the GPU has it",
              rank=ranks.rank)
-    units = shard(model, ranks, backend, compute_dtype=compute, offload=bool(spec.job.get("fsdp_offload", False)))
+    offload = bool(spec.job.get("fsdp_offload", False))
+    if offload and backend != "nccl":
+        offload = False  # FSDP2's CPUOffloadPolicy needs an accelerator; on CPU the shards already live in host RAM
+        if ranks.is_main:
+            note("fsdp_offload = true has nothing to offload without a GPU: the shards already live in host RAM", rank=ranks.rank)
+    units = shard(model, ranks, backend, compute_dtype=compute, offload=offload)
     report = shard_report(model, ranks, units)
     print(report.line(), flush=True)
     emit("note", rank=ranks.rank, message=report.line(), **report.fields())
