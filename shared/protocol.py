@@ -22,6 +22,10 @@ Kinds and their fields (``time`` is Unix seconds, float):
     {"ftwiz": "progress", "rank": 0, "step": 12, "total_steps": 100, "loss": 2.31,
      "learning_rate": 0.0002, "tokens_per_s": 5120.0, "epoch": 0.4, "time": 1.7e9}
 
+                with ``"sync_s": 0.71`` when the ranks synchronise gradients (DDP): per optimizer step,
+                the least time any rank spent in the gradient all-reduce, mean since the last progress
+                line (``agent/workloads/synctime.py``)
+
 ``allreduce``   global rank 0 only, one per message size (units as nccl-tests: GB/s = 1e9 bytes/s,
                 algbw = size_bytes / time, busbw = algbw * 2 (n - 1) / n, time is the mean over ranks of
                 the per-iteration time)::

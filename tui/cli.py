@@ -31,7 +31,8 @@ a one-node cluster (a local agent is started and stopped for you).
 
 _EPILOG = """\
 exit codes: 0 = nothing failed (warnings allowed), 1 = a check failed, 2 = config or usage error.
---json prints {"ok": bool, "cluster": {...}, "checks": [{"id","title","status","node","detail","hint"}]}.
+--json prints {"ok": bool, "cluster": {...}, "checks": [{"id","title","status","node","detail","hint"}]}, plus
+"mesh" (the pair matrix) and "sync" (the gradient-sync forecast) when measured.
 --why / --why-log exit 0 when they printed a diagnosis or found none, 2 for a missing run or unreadable file;
 --json with them prints {"diagnoses": [{"cause","node","rank","evidence","explanation","fix"}]}.
 """
@@ -94,6 +95,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         _err(f"config error: {exc}")
         return EXIT_USAGE
+    if args.check or args.launch or args.attach is not None or args.stop:
+        from tui.launch.codeship import anchor_code_dir
+
+        anchor_code_dir(loaded.config.job, loaded.path)  # [job].code_dir is relative to ftwiz.toml, not to the cwd
     try:
         with _local_agent(loaded.config):
             if args.check:
@@ -153,8 +158,10 @@ def _check(loaded: Any, *, json_output: bool, ssh: bool) -> int:
         print(json.dumps(checklist_json(loaded, run), indent=2))
     elif sys.stdout.isatty():
         _print_table(run.results)
+        _print_mesh(run, table=True)
     else:
         _print_plain(run.results)
+        _print_mesh(run, table=False)
     return EXIT_OK if run.ok else EXIT_FAILED
 
 
@@ -179,7 +186,34 @@ def checklist_json(loaded: Any, run: Any) -> dict[str, Any]:
         },
         "checks": [r.model_dump(mode="json") for r in run.results],
         "seconds": round(run.seconds, 3),
+        **_network_json(run),
     }
+
+
+def _network_json(run: Any) -> dict[str, Any]:
+    """``mesh`` (the matrix) and ``sync`` (the forecast) when the checklist measured them."""
+    from tui.checks.meshtext import mesh_json, sync_json
+
+    extra: dict[str, Any] = {}
+    if getattr(run, "mesh", None) is not None:
+        extra["mesh"] = mesh_json(run.mesh)
+    if getattr(run, "sync", None) is not None:
+        extra["sync"] = sync_json(run.sync)
+    return extra
+
+
+def _print_mesh(run: Any, *, table: bool) -> None:
+    """The mesh matrix after the checklist: a rich table on a terminal, aligned lines otherwise."""
+    if getattr(run, "mesh", None) is None:
+        return
+    from tui.checks.meshtext import mesh_plain, mesh_table
+
+    if table:
+        from rich.console import Console
+
+        Console().print(mesh_table(run.mesh))
+    else:
+        print("\n".join(mesh_plain(run.mesh)))
 
 
 class _Progress:

@@ -43,6 +43,7 @@ class ProtocolCallback(TrainerCallback):
             loss=_number(logs.get("loss")), learning_rate=_number(logs.get("learning_rate")),
             tokens_per_s=round(rate, 1) if rate is not None else None,
             epoch=round(state.epoch, 4) if state.epoch is not None else None,
+            **({"sync_s": _number(logs["sync_s"])} if "sync_s" in logs else {}),
         )
 
     def on_save(self, args, state, control, **kwargs):

@@ -110,6 +110,7 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+    from . import synctime
     from .callbacks import ProtocolCallback
     from .node_weights import NodeLocalWeights
 
@@ -135,6 +136,7 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         data_collator=PaddingCollator(tokenizer.pad_token_id),
         callbacks=[callback, NodeLocalWeights()],
     )
+    synctime.attach(trainer)  # times DDP's gradient all-reduce per step: sync_s in the progress lines
     trainer.remove_callback(PrinterCallback)  # our ProtocolCallback replaces HF's prints and tqdm
     trainer.remove_callback(ProgressCallback)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

@@ -21,7 +21,8 @@ from tests.checks.conftest import (
 EVERY_CHECK = {
     "agent.reachable", "agent.version", "ssh.auth", "gpu.present", "gpu.processes", "gpu.ecc", "gpu.throttle",
     "env.packages", "env.parity", "mem.fit", "disk.free", "clock.skew", "net.subnet", "net.ifname", "net.mtu",
-    "net.ib", "net.latency", "net.bandwidth", "net.master_address", "rendezvous.port_free", "rendezvous.reachable",
+    "net.ib", "net.latency", "net.bandwidth", "net.mesh", "net.sync", "net.master_address", "rendezvous.port_free",
+    "rendezvous.reachable",
     "data.reachable", "plan.batch", "plan.hetero", "plan.advice",
 }
 

@@ -81,7 +81,7 @@ def run_nodes(ns: Namespace, logdir: Path, port: int, nodes: Sequence[NodeSpec],
                 f"--rdzv-endpoint={node.endpoint}:{port}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
                 "--max-restarts=0", str(SCRIPT), *node.args]
         env = {**os.environ, "OMP_NUM_THREADS": "1", **node.env}
-        log = open(logdir / f"{node.name}.log", "wb")  # noqa: SIM115  (closed below, after the process ends)
+        log = open(logdir / f"{node.name}.log", "wb")
         handles.append(log)
         procs[node.name] = ns.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     codes: dict[str, int] = {}

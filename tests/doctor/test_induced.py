@@ -111,7 +111,7 @@ def induced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         return folder
 
     with ThreadPoolExecutor(max_workers=3) as pool:
-        return dict(zip(SCENARIOS, pool.map(one, SCENARIOS)))
+        return dict(zip(SCENARIOS, pool.map(one, SCENARIOS), strict=True))
 
 
 def _diagnose(folder: Path) -> list[Diagnosis]:

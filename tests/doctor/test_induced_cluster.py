@@ -16,6 +16,7 @@ import pytest
 
 from tests.cluster.fixtures import in_ci
 from tests.doctor.cgroup import MemoryCgroup, cgroup_problem
+from tests.doctor.induce import SCRIPT
 from tests.launch.conftest import RunThread, long_allreduce, make_run, rank_pid
 from tui.doctor import diagnose_run, format_first
 from tui.doctor.kernel import agent_kernel_lookup
@@ -56,7 +57,8 @@ def test_oom_killer_is_confirmed_and_an_outside_sigkill_is_not(cluster3, tmp_pat
     assert (first.cause, first.node, first.rank, first.confirmed) == ("oom.host", node, 2, True), [d.as_dict() for d in found]
     assert f"Killed process {victim}" in first.evidence[0].text
     assert "OOM killer" in format_first(found)
-    assert all(d.echo for d in found[1:]), [d.as_dict() for d in found]
+    # What follows the root cause is the peers losing rank 2: every reset is demoted to an echo.
+    assert all(d.echo for d in found[1:] if d.cause == "net.peer_lost"), [(d.cause, d.node, d.rank, d.echo) for d in found]
     # The supervisor ran the doctor itself when the run failed: run.json keeps the list.
     stored = json.loads((run_dir / "run.json").read_text())["diagnoses"]
     assert (stored[0]["cause"], stored[0]["rank"], stored[0].get("confirmed")) == ("oom.host", 2, True), stored
@@ -66,3 +68,22 @@ def test_oom_killer_is_confirmed_and_an_outside_sigkill_is_not(cluster3, tmp_pat
     first = found[0]
     assert (first.cause, first.node, first.rank, first.confirmed) == ("oom.host", node, 2, False), [d.as_dict() for d in found]
     assert "not the OOM killer" in first.explanation
+
+
+def test_code_error_on_rank_2_through_the_launcher(cluster3, tmp_path):
+    """Your own script (workload = "command") raises on rank 2: the supervisor's own diagnosis names the
+    file, line and node of rank 2, and the other ranks' lost connections come after it as echoes."""
+    config = cluster3.config(workload="command", command=["train.py", "--fail", "code", "--steps", "8"], code_dir=str(SCRIPT.parent))
+    for node in config.nodes:
+        node.gpus = 1
+    run = make_run(config, tmp_path)
+    result = RunThread(run).start().join(240)
+    assert result.status == "failed", result
+    record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
+    stored = record["diagnoses"]
+    first = stored[0]
+    assert (first["cause"], first["rank"], first["node"]) == ("code.error", 2, record["ranks"]["2"]["node"]), stored
+    assert "train.py:27 in check_batch" in first["explanation"] and "ValueError: batch on rank 2 has no labels" in first["explanation"]
+    assert any(e["text"] == "ValueError: batch on rank 2 has no labels" for e in first["evidence"])
+    # The other ranks' lost connections are demoted: none of them is taken for a cause.
+    assert all(d.get("echo") for d in stored[1:] if d["cause"] == "net.peer_lost"), [(d["cause"], d["node"], d["rank"]) for d in stored]

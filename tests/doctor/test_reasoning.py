@@ -43,7 +43,7 @@ def test_times_from_protocol_glog_and_iso(tmp_path):
     os.utime(path, (1763800009.0, 1763800009.0))
     lines = read_log(path)
     # unstamped lines take the next stamp below them, else the file's last write
-    assert [(l.node, l.rank, l.time) for l in lines] == [("node1", 2, 1763800000.0), ("node1", 2, 1763800000.0), ("node1", 2, 1763800009.0)]
+    assert [(line.node, line.rank, line.time) for line in lines] == [("node1", 2, 1763800000.0), ("node1", 2, 1763800000.0), ("node1", 2, 1763800009.0)]
 
 
 def test_the_first_failure_in_time_wins_and_resets_are_echoes(tmp_path):
@@ -178,3 +178,17 @@ def test_differing_versions_lead_when_the_log_shows_only_a_socket_error(tmp_path
     assert [d.cause for d in diagnose_lines(read_log(oom), record={"versions": versions})] == ["oom.gpu", "version.skew"]
     same = versions_from_reports({"a": Report("2.3.0", "2.20.5"), "b": Report("2.3.0", "2.20.5")})
     assert [d.cause for d in diagnose_lines(read_log(path), record={"versions": same})] == ["net.peer_lost"]
+
+
+def test_a_rendezvous_error_after_workers_ran_is_an_echo(tmp_path):
+    node0 = _write(tmp_path, "node0.log", [
+        'node0/1 | {"ftwiz":"heartbeat","rank":1,"step":5,"time":1763800000.0}',
+        "node0/1 | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB",
+    ])
+    node1 = _write(tmp_path, "node1.log", [
+        'node1/2 | {"ftwiz":"heartbeat","rank":2,"step":5,"time":1763799990.0}',
+        "node1/- | torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.",
+        'node1/2 | {"ftwiz":"heartbeat","rank":2,"step":6,"time":1763799995.0}',
+    ])
+    found = diagnose_files([node0, node1])
+    assert [(d.cause, d.echo) for d in found] == [("oom.gpu", False), ("rendezvous", True)]

@@ -175,6 +175,25 @@ def first_step_grace_over(sup: Supervisor) -> float:
     return 1801.0
 
 
+def rank_error_within_grace(sup: Supervisor) -> float:
+    hear_all(sup, 11.0)
+    sup.rank_errored("b", 2, "ValueError: batch on rank 2 has no labels", 10.0)
+    return 11.0
+
+
+def rank_error_after_grace(sup: Supervisor) -> float:
+    rank_error_within_grace(sup)
+    hear_all(sup, 12.5)
+    return 12.5
+
+
+def peer_error_then_torchrun_names_the_killed_rank(sup: Supervisor) -> float:
+    hear_all(sup, 11.0)
+    sup.rank_errored("a", 0, "RuntimeError: Connection closed by peer", 10.0)
+    sup.worker_failed(WorkerFailure("b", 2, 0, -9))
+    return 11.0
+
+
 def lost_stream(sup: Supervisor) -> float:
     hear_all(sup, 3.0)
     sup.nodes["a"].lost = True
@@ -212,6 +231,11 @@ CASES: list[tuple[str, Script, Callable[[Any], bool]]] = [
      lambda d: isinstance(d, StallFound) and d.suspects == (0, 1, 2) and "idle" in d.reason),
     ("a rank not sampled yet may still be loading", a_rank_never_sampled, lambda d: d == Keep()),
     ("the first-step grace runs out", first_step_grace_over, lambda d: isinstance(d, StallFound) and "first_step_grace_s" in d.reason),
+    ("a rank's error line waits error_grace_s for torchrun's own report", rank_error_within_grace, lambda d: d == Keep()),
+    ("... then stops every rank, naming the erroring rank", rank_error_after_grace,
+     lambda d: isinstance(d, StopAll) and d.status is RunStatus.FAILED and d.trigger_node == "b" and "rank 2 on b failed: ValueError" in d.reason),
+    ("a peer's error is an echo when torchrun names a killed rank", peer_error_then_torchrun_names_the_killed_rank,
+     lambda d: isinstance(d, StopAll) and d.trigger_node == "b" and "rank 2" in d.reason),
     ("a broken stream is reconnected", lost_stream, lambda d: isinstance(d, Keep) and d.reconnect == ("a",)),
 ]
 

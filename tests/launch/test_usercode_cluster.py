@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -129,9 +130,9 @@ def tiny(tiny_assets, tmp_path_factory):
     return {"model": tiny_assets["model"], "data": data}
 
 
-def _trainer_run(cluster, tmp_path, script: str, tiny) -> tuple:
+def _trainer_run(cluster, tmp_path, script: str, tiny, steps: int) -> tuple:
     config = cluster.config(workload="command", code_dir=str(SCRIPTS), requires=["transformers"],
-                            command=[script, "--model", str(tiny["model"]), "--data", str(tiny["data"]), "--max-steps", "8"],
+                            command=[script, "--model", str(tiny["model"]), "--data", str(tiny["data"]), "--max-steps", str(steps)],
                             env={"TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")})
     config.nodes = config.nodes[:2]
     for node in config.nodes:
@@ -146,14 +147,16 @@ def _trainer_run(cluster, tmp_path, script: str, tiny) -> tuple:
 
 @pytest.mark.parametrize("script", ["hf_trainer.py", "trl_sft.py"])
 def test_trainer_scripts_show_step_loss_and_eta_from_their_own_output(cluster3, tmp_path, tiny, script):
-    run, watched, result, printed = _trainer_run(cluster3, tmp_path, script, tiny)
+    # TRL runs long enough for tokens/s (its bar's elapsed time has whole-second resolution: 2 s at least).
+    steps = 24 if script == "trl_sft.py" else 8
+    run, watched, result, printed = _trainer_run(cluster3, tmp_path, script, tiny, steps)
     assert result.status == "succeeded" and result.exit_code == 0, (result, watched.notes(), printed[-3000:])
     snaps = [e.progress for e in watched.events if type(e).__name__ == "ProgressChanged"]
     final = run.progress.snapshot
-    assert (final.step, final.total_steps) == (8, 8) and final.loss is not None and final.learning_rate is not None
+    assert (final.step, final.total_steps) == (steps, steps) and final.loss is not None and final.learning_rate is not None
     assert any(s.eta_s is not None for s in snaps), "no ETA was ever shown"
     progress_lines = [line for line in printed.splitlines() if line.startswith("progress | ")]
-    assert any("step 8/8" in line and "loss" in line for line in progress_lines), printed[-3000:]
+    assert any(f"step {steps}/{steps}" in line and "loss" in line for line in progress_lines), printed[-3000:]
     # The training bar becomes progress lines; other bars (data mapping, weight loading) print once, not per update.
     printed_bars = [line for line in printed.splitlines() if "%|" in line and not line.startswith("progress")]
     logged_bars = [line for n in ("node0", "node1") for line in (tmp_path / "runs" / run.run_id / f"{n}.log").read_text().splitlines() if "%|" in line]
@@ -164,7 +167,7 @@ def test_trainer_scripts_show_step_loss_and_eta_from_their_own_output(cluster3, 
     record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
     rank0 = record["ranks"]["0"]["node"]
     out = Path(record["nodes"][rank0]["rundir"]) / "code" / "out"
-    assert (out / "checkpoint-8").is_dir() and (out / "final").is_dir()
+    assert (out / f"checkpoint-{steps}").is_dir() and (out / "final").is_dir()
     (tmp_path / "printed.txt").write_text(printed)
     print(f"--- headless printer, {script} ---\n" + "\n".join(progress_lines[-6:]))
 
@@ -180,3 +183,33 @@ def test_a_missing_required_package_fails_the_checklist_and_nothing_starts(clust
         assert f"on {node}: {cluster3.training_python} -m pip install no-such-package" in err, err[-3000:]
     assert "no-such-package missing" in err
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*/run.json"))
+
+
+def test_a_detached_user_script_is_attached_with_its_progress_then_stopped(cluster3, tmp_path, monkeypatch):
+    from tui.launch import commands
+    from tui.launch.record import latest_run_id
+
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("FTWIZ_RUNS_DIR", str(runs))
+    config = _ddp_config(cluster3, "--steps", "100000", "--sleep", "0.2")
+    quiet = commands.HeadlessPrinter(io.StringIO(), io.StringIO())
+    assert commands.launch(config, yes=True, detach=True, resume=False, force=False, checklist=False, printer=quiet) == 0
+    run_id = latest_run_id(runs)
+    record = json.loads((runs / run_id / "run.json").read_text())
+    assert record["status"] == "detached" and record["code"]["files"]
+    node_logs = [Path(n["node_log"]) for n in record["nodes"].values()]
+    # Nobody watches; the script goes on (its progress lines land in the node-side log of rank 0's node).
+    assert wait_until(lambda: any(p.is_file() and p.read_text().count('"progress"') >= 3 for p in node_logs), 180), node_logs
+    out, err = io.StringIO(), io.StringIO()
+    codes: list[int] = []
+    attached = threading.Thread(target=lambda: codes.append(commands.attach(config, None, printer=commands.HeadlessPrinter(out, err))), daemon=True)
+    attached.start()
+    try:
+        replayed = wait_until(lambda: all(f"started: rank {r} of 3" in out.getvalue() for r in range(3)) and "progress | step " in out.getvalue(), 60)
+        assert replayed, out.getvalue()[-2000:]
+    finally:
+        stopped = commands.stop(config, run_id)
+    assert stopped == 0
+    attached.join(60)
+    assert not attached.is_alive() and codes
+    assert wait_until(lambda: not run_pids(run_id), 30), run_pids(run_id)

@@ -137,3 +137,32 @@ def test_collapser_keeps_one_line_per_bar():
     assert written == ["n0/0 | 90%|█| 15/16 [00:05<00:01, 1.0it/s]", "n0/0 | {'loss': 1.0}"]
     assert collapse.feed("n0/0", "n0/0 | 100%|█| 16/16 [00:16<00:00, 1.0it/s]", text="100%|█| 16/16 [00:16<00:00, 1.0it/s]") == ["n0/0 | 100%|█| 16/16 [00:16<00:00, 1.0it/s]"]
     assert collapse.flush() == [] and is_bar(BAR) and not is_bar(HF4)
+
+
+def test_headless_printer_prints_a_described_bar_once_and_summarises_the_training_bar():
+    """Lines as torchrun's tee delivered them for the TRL script on this machine (see the module docstring)."""
+    import io
+
+    from tui.launch.commands import HeadlessPrinter
+    from tui.launch.events import LogLine, ProgressChanged, RunFinished, RunResult
+
+    out = io.StringIO()
+    printer = HeadlessPrinter(out=out, err=io.StringIO())
+    model = ProgressModel()
+    lines = ["Tokenizing train dataset:   0%|          | 0/120 [00:00<?, ? examples/s][rank0]:",
+             "Tokenizing train dataset:  50%|█████     | 60/120 [00:00<00:00, 900 examples/s][rank0]:",
+             "Tokenizing train dataset: 100%|██████████| 120/120 [00:00<00:00, 1200 examples/s]",
+             "  0%|          | 0/8 [00:00<?, ?it/s][rank0]:",
+             " 12%|█▎        | 1/8 [00:00<00:03,  2.11it/s][rank0]:{'loss': '6.004', 'grad_norm': '6.353', 'learning_rate': '0.0005', 'epoch': '0.03'}",
+             "saving the model"]
+    for text in lines:
+        printer(LogLine("node0", 0, text, 0.0))
+        obj = parse_protocol(text)
+        if obj is not None and model.update("node0", 0, obj):
+            printer(ProgressChanged(model.snapshot))
+    printer(RunFinished(RunResult("r", "succeeded", 0, reason="ok")))
+    printed = out.getvalue().splitlines()
+    assert printed[0] == "node0/0 | Tokenizing train dataset: 100%|██████████| 120/120 [00:00<00:00, 1200 examples/s]"
+    assert printed[1] == "progress | step 0/8"
+    assert printed[2].startswith("progress | step 1/8  loss 6.004  lr 5.00e-04  ep 0.03")
+    assert printed[3:] == ["node0/0 | saving the model"]

@@ -157,3 +157,14 @@ def test_llamafactory_tail_turns_records_into_progress_lines(tmp_path):
     worker.join(10)
     line = json.loads(out.getvalue().splitlines()[0])
     assert (line["ftwiz"], line["step"], line["total_steps"], line["loss"]) == ("progress", 45, 82, 0.5613)
+
+
+def test_code_dir_is_relative_to_the_config_file(tmp_path):
+    from tui.launch.codeship import anchor_code_dir
+
+    job = JobConfig(workload="command", command=["train.py"], code_dir="src")
+    anchor_code_dir(job, tmp_path / "proj" / "ftwiz.toml")
+    assert job.code_dir == str((tmp_path / "proj" / "src").resolve())
+    kept = JobConfig(workload="command", command=["train.py"], code_dir="")
+    anchor_code_dir(kept, tmp_path / "ftwiz.toml")
+    assert kept.code_dir == ""

@@ -38,6 +38,12 @@ class ChecklistState:
         self.error: Optional[str] = None
         """Why the engine could not run at all."""
         self.runs = 0
+        self.sync: Optional[Any] = None
+        """The gradient-sync forecast (``shared.syncplan.SyncForecast``) of the last run that made one."""
+        self.results_run: Optional[Any] = None
+        """The last checklist run (its rows and forecast go into the record of a launch that follows it)."""
+        self.mesh: Optional[Any] = None
+        """The full mesh (``shared.meshplan.MeshMatrix``) of the last run that measured it."""
         """Runs finished (full or one check), for anyone waiting on the next one."""
         self.override = False
         """The user allowed a launch despite failed checks (reset by every full run)."""
@@ -127,6 +133,9 @@ class ChecklistState:
         results = checked.results
         self.statuses = dict(checked.statuses) or self.statuses
         self.listener_until = getattr(checked, "rendezvous_listener_until", None) or self.listener_until
+        self.mesh = getattr(checked, "mesh", None) or self.mesh
+        self.sync = getattr(checked, "sync", None) or self.sync
+        self.results_run = checked
         if only is None:
             self.results = list(results)
             self.config_dump = config.model_dump_json()

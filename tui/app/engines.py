@@ -174,7 +174,7 @@ def new_run(app: "Wizard", config: FtwizConfig, *, resume: bool) -> Any:
     statuses = app.checks.statuses or app.last_statuses
     reports = {name: s.report for name, s in statuses.items() if getattr(s, "report", None) is not None}
     run, note = prepare_run(config, options=options, reports=reports, resume=resume, listener_until=app.checks.listener_until,
-                            config_source=str(app.config_path) if app.config_path else None)
+                            config_source=str(app.config_path) if app.config_path else None, checked=app.checks.results_run)
     if note:
         app.run_event(RunNote(note, "warn"))
     return run

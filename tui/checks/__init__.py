@@ -14,7 +14,7 @@ from tui.checks.base import CHECKS, CheckContext, CheckResult, CheckSpec, SshOut
 from tui.checks.engine import ORDER, ChecklistRun, Progress, ok, run_checklist, run_checklist_full, run_checklist_sync
 
 # Importing the modules registers their checks (display order is engine.ORDER).
-from tui.checks import agents, gpus, network, plan, rendezvous, resources, software, ssh_checks, usercode  # noqa: F401  isort: skip
+from tui.checks import agents, gpus, mesh, network, plan, rendezvous, resources, software, ssh_checks, sync, usercode  # noqa: F401  isort: skip
 
 __all__ = [
     "CHECKS",

@@ -28,7 +28,7 @@ Progress = Callable[[str, int, int], None]
 ORDER = [
     "agent.reachable", "agent.version", "ssh.auth", "gpu.present", "gpu.processes", "gpu.ecc", "gpu.throttle",
     "env.packages", "env.parity", "job.code", "job.requires", "mem.fit", "disk.free", "clock.skew", "net.subnet", "net.ifname", "net.mtu",
-    "net.ib", "net.latency", "net.bandwidth", "net.master_address", "rendezvous.port_free", "rendezvous.reachable",
+    "net.ib", "net.latency", "net.bandwidth", "net.mesh", "net.sync", "net.master_address", "rendezvous.port_free", "rendezvous.reachable",
     "data.reachable", "plan.batch", "plan.hetero", "plan.advice",
 ]
 
@@ -69,6 +69,10 @@ class ChecklistRun:
     rendezvous_listener_until: Optional[float] = None
     """Unix time (master's clock) until which the master's agent still holds the rendezvous port for the
     firewall test; a launch right after the check should wait until then (plus clock skew)."""
+    mesh: Optional[Any] = None
+    """The full mesh (:class:`shared.meshplan.MeshMatrix`) when ``net.mesh`` measured it."""
+    sync: Optional[Any] = None
+    """The gradient-sync forecast (:class:`shared.syncplan.SyncForecast`) when ``net.sync`` made one."""
 
     @property
     def ok(self) -> bool:
@@ -95,8 +99,9 @@ async def run_checklist_full(
 
     ``client`` is an :class:`tui.client.AgentClient` to reuse (one is made and closed otherwise).
     ``ssh=False`` leaves out SSH logins (the SSH-dependent checks then skip). ``only`` keeps checks whose
-    id starts with one of the given prefixes. ``options`` tunes probes: ``bandwidth_seconds`` (1.0),
-    ``connect_timeout_s`` (3.0), ``listen_ttl_s`` (connect timeout + 3).
+    id starts with one of the given prefixes. ``options`` tunes probes: ``bandwidth_seconds`` (0.5, each mesh stream),
+    ``connect_timeout_s`` (3.0), ``listen_ttl_s`` (connect timeout + 3), ``compute_s`` (compute seconds per
+    optimizer step for the sync forecast; estimated from the GPUs when absent).
     """
     from tui.checks.ssh_checks import gather_ssh
     from tui.client import AgentClient
@@ -150,7 +155,8 @@ async def run_checklist_full(
     rank = {cid: i for i, cid in enumerate(ORDER)}
     rows.sort(key=lambda r: (rank.get(r.id, len(ORDER)), node_index.get(r.node, -1) if r.node else -1))
     return ChecklistRun(rows, statuses, outcomes, time.monotonic() - started,
-                        rendezvous_listener_until=ctx.notes.get("rendezvous_listener_until"))
+                        rendezvous_listener_until=ctx.notes.get("rendezvous_listener_until"),
+                        mesh=ctx.notes.get("mesh"), sync=ctx.notes.get("sync"))
 
 
 def run_checklist_sync(config: FtwizConfig, **kwargs: Any) -> list[CheckResult]:

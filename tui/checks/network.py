@@ -1,8 +1,9 @@
 """Network: subnet with the master, NCCL interface, MTU, InfiniBand, latency, bandwidth, master address.
 
 Interface facts come from :mod:`shared.netplan` (the same plan the launcher turns into each node's
-environment); latency, name resolution and bandwidth from the agents' probes, run *from each node* to the
-master, because that is the path NCCL and the rendezvous take.
+environment); latency and bandwidth to the master are the master's column of the full mesh (:mod:`tui.checks.mesh`,
+measured once, in rounds of disjoint pairs, by the agents' probes), name resolution from each node's
+connect to the master, because that is the path NCCL and the rendezvous take.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Optional
 from shared import netplan
 from shared.config import NodeConfig
 from tui.checks.base import CheckContext, CheckResult, Status, check, result
+from tui.checks.mesh import mesh_of
 
 MAX_LATENCY_MS = 10.0
 """TCP connect time to the master above which collectives and the rendezvous will crawl."""
@@ -144,25 +146,23 @@ def _others(ctx: CheckContext) -> list[NodeConfig]:
 
 @check("net.latency", "latency to the master ≤ 10 ms")
 async def latency(ctx: CheckContext) -> list[CheckResult]:
-    """Per non-master node: its agent's TCP connect time to the master's agent."""
+    """Per non-master node: its agent's best TCP connect time to the master's agent (from the mesh)."""
     title = "latency to the master ≤ 10 ms"
     if ctx.single_node:
         return [result("net.latency", title, "pass", None, "one node: no network hop")]
     rows = []
     port = ctx.config.agent_port(ctx.master)
+    mesh = await mesh_of(ctx) if ctx.report(ctx.master) is not None else None
     for node in _others(ctx):
-        if ctx.report(node) is None:
-            rows.append(ctx.down_skip("net.latency", title, node))
-            continue
-        reply = await ctx.connect_to_master(node)
-        if reply.value is None:
-            rows.append(result("net.latency", title, "skip", node.name, f"probe failed: {reply.error}", reply.hint))
-        elif not reply.value.reachable:
+        link = mesh.link(node.name, ctx.master.name) if mesh is not None else None
+        if ctx.report(node) is None or link is None:
+            rows.append(ctx.down_skip("net.latency", title, node if ctx.report(node) is None else ctx.master))
+        elif link.latency_ms is None:
             rows.append(result("net.latency", title, "fail", node.name,
-                               f"{node.name} cannot connect to the master {ctx.master.host}:{port}: {reply.value.error}",
+                               f"{node.name} cannot connect to the master {ctx.master.host}:{port}: {link.error}",
                                f"check the route and firewall between {node.name} and {ctx.master.name} (from {node.name}: nc -vz {ctx.master.host} {port})"))
         else:
-            ms = reply.value.latency_ms or 0.0
+            ms = link.latency_ms
             status: Status = "pass" if ms <= MAX_LATENCY_MS else "warn"
             rows.append(result("net.latency", title, status, node.name, f"TCP connect to {ctx.master.name} in {ms:.2f} ms",
                                "" if status == "pass" else "put the nodes on one LAN segment; collectives over a slow path stall every step"))
@@ -211,32 +211,28 @@ async def master_address(ctx: CheckContext) -> list[CheckResult]:
 
 @check("net.bandwidth", "bandwidth to the master ≥ 1 Gbit/s")
 async def bandwidth(ctx: CheckContext) -> list[CheckResult]:
-    """Per non-master node, one at a time (so they do not share the master's link): stream to the master's agent."""
+    """Per non-master node: its stream to the master's agent, taken from the mesh (one stream per node at a time)."""
     title = "bandwidth to the master ≥ 1 Gbit/s"
     if ctx.single_node:
         return [result("net.bandwidth", title, "pass", None, "one node: no network hop")]
-    seconds = float(ctx.option("bandwidth_seconds", 1.0))
     master_up = ctx.report(ctx.master) is not None
-    # Latency first: a stream running at the same time would inflate the connect times.
-    for node in _others(ctx):
-        if ctx.report(node) is not None:
-            await ctx.connect_to_master(node)
+    mesh = await mesh_of(ctx) if master_up else None
     rows = []
     peer = ctx.client.base_url(ctx.master)
     for node in _others(ctx):
-        if ctx.report(node) is None or not master_up:
+        link = mesh.link(node.name, ctx.master.name) if mesh is not None else None
+        if ctx.report(node) is None or link is None:
             rows.append(ctx.down_skip("net.bandwidth", title, node if ctx.report(node) is None else ctx.master))
             continue
-        reply = await ctx.client.probe_bandwidth(node, peer, seconds)
-        if reply.value is None or reply.value.error:
-            why = reply.error if reply.value is None else reply.value.error
-            rows.append(result("net.bandwidth", title, "warn", node.name, f"bandwidth probe to {ctx.master.name} failed: {why}",
-                               reply.hint or f"check the path from {node.name} to {peer}"))
+        if link.gbit_per_s is None:
+            rows.append(result("net.bandwidth", title, "warn", node.name, f"bandwidth probe to {ctx.master.name} failed: {link.error}",
+                               f"check the path from {node.name} to {peer}"))
             continue
-        gbit = reply.value.gbit_per_s
+        gbit = link.gbit_per_s
         status: Status = "pass" if gbit >= MIN_BANDWIDTH_GBIT else "warn"
+        seconds = mesh.stream_seconds if mesh is not None else 0.0
         rows.append(result("net.bandwidth", title, status, node.name,
-                           f"{gbit:.2f} Gbit/s to {ctx.master.name} over {reply.value.seconds:.1f} s (HTTP stream)",
+                           f"{gbit:.2f} Gbit/s to {ctx.master.name} over {seconds:.1f} s (HTTP stream)",
                            "" if status == "pass" else
                            f"a slow link: check `ethtool <iface>` speed/duplex on {node.name} and {ctx.master.name}; expect long all-reduces"))
     return rows

@@ -37,6 +37,7 @@ def rank_findings(
 ) -> list[Diagnosis]:
     """The diagnoses, most likely root cause first (empty when nothing points to a failure)."""
     findings = [f for f in findings if not _sent_by_ftwiz(f, record)]
+    _demote_late_rendezvous(findings, lines)
     groups: dict[tuple[str, str | None, int | None], list[Finding]] = {}
     for finding in findings:
         groups.setdefault((finding.cause, finding.where.node, finding.where.rank), []).append(finding)
@@ -106,6 +107,22 @@ def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Mapping[str, Any
                         "the node's kernel has no OOM-kill record for it: something outside killed it (a user, a job "
                         "scheduler, a watchdog), not the OOM killer")
     diag.fix = "find who sent SIGKILL on that node (`journalctl --since`, the scheduler's log); the kernel did not OOM-kill it"
+
+
+def _demote_late_rendezvous(findings: Sequence[Finding], lines: Sequence[LogLine]) -> None:
+    """A rendezvous error after workers ran is the store going away in the teardown: an echo.
+
+    The rendezvous had worked once workers print (a ``[rankN]:`` or ``node/N |`` line); a torchrun that
+    then cannot reach the store is seeing the master's torchrun exit after some rank's failure.
+    """
+    started = [line.time if line.time is not None else -math.inf for line in lines if line.rank is not None]
+    if not started:
+        return
+    first_worker = min(started)
+    for finding in findings:
+        when = finding.where.time
+        if finding.cause == "rendezvous" and (when is None or when > first_worker):
+            finding.echo = True
 
 
 def _sent_by_ftwiz(finding: Finding, record: Mapping[str, Any] | None) -> bool:

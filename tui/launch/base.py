@@ -40,6 +40,7 @@ from tui.launch.runner import NodeRunner
 from tui.launch.status import RunStatus
 from tui.launch.supervisor import Supervisor, Timing, WorkerFailure
 from tui.launch.support import explain
+from tui.launch.trainer_output import BarCollapser
 
 __all__ = ["RunCore"]
 
@@ -73,6 +74,7 @@ class RunCore:
         self._finished: Optional[RunResult] = None
         self.failures = FailureTracker(n.name for n in config.nodes)
         self._node_state: dict[str, NodeState] = {}
+        self._bars = BarCollapser()
         job = config.job
         self.supervisor = Supervisor.over(
             (n.name for n in config.nodes),
@@ -179,7 +181,8 @@ class RunCore:
         rank, text = split_rank(raw)
         prefix = f"{node}/{'-' if rank is None else rank}"
         shown = f"{prefix} | {text}"
-        self.record.log(node, shown)
+        for line in self._bars.feed(prefix, shown, text):  # a tqdm bar: one line per bar, not per update
+            self.record.log(node, line)
         obj = parse_protocol(text)
         # Protocol chatter (heartbeats, progress) would push the useful lines out of the tail.
         pid_ranks = {i.pid: r for r, i in self.progress.ranks.items() if i.pid is not None and i.node == node}
@@ -190,6 +193,9 @@ class RunCore:
             kind = obj.get("ftwiz")
             if self.progress.update(node, rank, obj, now=self.clock()):
                 self._emit(ProgressChanged(self.progress.snapshot))
+            if kind == "error":
+                failed_rank = obj.get("rank", rank)
+                self.supervisor.rank_errored(node, failed_rank if isinstance(failed_rank, int) else rank, str(obj.get("message", "")), self.clock())
             if kind == "started":
                 started = obj.get("rank", rank)
                 if isinstance(started, int):
@@ -245,6 +251,8 @@ class RunCore:
     def _finish(self, result: RunResult, *, save: bool = True) -> RunResult:
         """Record ``result`` (unless ``save`` is false: a record that must stay as it was), close, tell."""
         self._finished = result
+        for line in self._bars.flush():  # held tqdm updates go to their node's log ("node/rank | ...")
+            self.record.log(line.split("/", 1)[0], line)
         failed = None
         if result.failed_node is not None or result.failed_rank is not None:
             failed = {"node": result.failed_node, "rank": result.failed_rank, "last_lines": result.last_lines}

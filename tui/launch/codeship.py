@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["CODE_SUBDIR", "DEFAULT_EXCLUDES", "DEFAULT_MAX_BYTES", "CodeBundle", "CodeDirError", "bundle_for_run", "collect_code", "resolve_code_dir"]
+__all__ = ["CODE_SUBDIR", "DEFAULT_EXCLUDES", "DEFAULT_MAX_BYTES", "CodeBundle", "CodeDirError", "anchor_code_dir", "bundle_for_run",
+           "collect_code", "resolve_code_dir"]
 
 #: Where the code lands inside a node's run directory (``<workdir>/runs/<run id>/code``).
 CODE_SUBDIR = "code"
@@ -80,6 +81,14 @@ def resolve_code_dir(code_dir: str, config_dir: Optional[str]) -> Path:
     if not path.is_absolute():
         path = Path(config_dir or os.getcwd()) / path
     return path.resolve()
+
+
+def anchor_code_dir(job: Any, config_path: Optional[os.PathLike[str] | str]) -> None:
+    """Make a relative ``job.code_dir`` absolute against ftwiz.toml's directory (headless runs: the config
+    is not saved back, and the run record then says exactly which directory shipped)."""
+    if config_path is None or getattr(job, "workload", None) != "command" or job.code_dir in ("",) or os.path.isabs(os.path.expanduser(job.code_dir)):
+        return
+    job.code_dir = str(resolve_code_dir(job.code_dir, os.path.dirname(os.path.abspath(config_path))))
 
 
 def collect_code(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> CodeBundle:

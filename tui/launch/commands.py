@@ -127,11 +127,11 @@ def _signals(run: Run) -> Iterator[None]:
             signal.signal(signum, old)
 
 
-def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], Optional[float]]:
+def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], Optional[float], Optional[Any]]:
     """Run the checklist; print what did not pass.
 
     Returns (may launch, reports per node, unix time until which the master's agent still holds the
-    rendezvous port for the firewall test, by the master's clock).
+    rendezvous port for the firewall test by the master's clock, the checklist run itself or None).
     """
     import asyncio
 
@@ -139,7 +139,7 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
         from tui.checks.engine import run_checklist_full
     except ImportError as exc:
         _err(f"warning: the checklist is not available ({exc})")
-        return force, {}, None
+        return force, {}, None, None
 
     def progress(label: str, done: int, total: int) -> None:
         if ":" in label:
@@ -150,7 +150,7 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
         checked = asyncio.run(run_checklist_full(config, progress=progress))
     except Exception as exc:  # the checklist failing must not hide why; --force still launches
         _err(f"{'warning' if force else 'ERROR'}: the checklist could not run: {type(exc).__name__}: {exc}")
-        return force, {}, None
+        return force, {}, None, None
     reports = {name: s.report for name, s in checked.statuses.items() if getattr(s, "report", None) is not None}
     until = getattr(checked, "rendezvous_listener_until", None)
     shown = [r for r in checked.results if r.status in ("fail", "warn")]
@@ -159,12 +159,12 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
     fails = sum(1 for r in checked.results if r.status == "fail")
     if fails and not force:
         _err(f"ERROR: {fails} check(s) failed: not launching. Fix them (see `ftwiz --check`), or pass --force to launch anyway")
-        return False, reports, until
+        return False, reports, until, checked
     if fails:
         _err(f"warning: {fails} check(s) failed; launching anyway (--force)")
     else:
         _err(f"checklist passed ({len(checked.results)} rows, {len(shown)} warning(s))")
-    return True, reports, until
+    return True, reports, until, checked
 
 
 def _poll_reports(config: FtwizConfig) -> dict[str, Any]:
@@ -230,9 +230,9 @@ def launch(
             _err(f"ERROR: {exc}")
             return EXIT_USAGE
         _err(f"resuming run {source.run_id}: continuing from the latest checkpoint in {source.output_dir}")
-    listener_until = None
+    listener_until, checked = None, None
     if checklist:
-        allowed, reports, listener_until = _checklist(config, force)
+        allowed, reports, listener_until, checked = _checklist(config, force)
         if not allowed:
             return EXIT_FAILED
     else:
@@ -241,7 +241,7 @@ def launch(
         _err("ERROR: not launching: no terminal to confirm on; pass --yes to launch without asking")
         return EXIT_USAGE
     try:
-        run, note = new_run(config, options=options, reports=reports, resume=resume, listener_until=listener_until)
+        run, note = new_run(config, options=options, reports=reports, resume=resume, listener_until=listener_until, checked=checked)
     except LaunchError as exc:
         _err(f"ERROR: {exc}")
         return EXIT_USAGE

@@ -7,6 +7,7 @@ node is ready: *prepare* (link, run dir, job files; a prepared node starts nothi
 
 from __future__ import annotations
 
+import os
 import time
 from functools import partial
 from typing import Mapping, NoReturn
@@ -93,6 +94,7 @@ class LaunchMixin(StopMixin):
         built = node_files(
             self.config, node, run_id=self.run_id, workdir_abs=workdir_abs, rundir_abs=rundir_abs, package=package,
             reports=self.reports, network_env=self.network_env, resume=self.resume, output_dir=self.output_dir,
+            config_dir=os.path.dirname(self.record.model.config_source) if self.record.model.config_source else None,
         )
         self.plans[node.name] = built.plan
         self.record.update_node(node.name, **built.record)

@@ -56,11 +56,14 @@ def new_run(
     resume: bool,
     listener_until: Optional[float] = None,
     config_source: Optional[str] = None,
+    checked: Optional[Any] = None,
 ) -> tuple[Run, Optional[str]]:
     """A run ready to :meth:`~tui.launch.run.Run.launch`, and a warning to show (or None).
 
     The interface plan is :func:`shared.netplan.node_env` over ``reports``; when it cannot be made,
-    NCCL/gloo pick interfaces themselves and the warning says so.
+    NCCL/gloo pick interfaces themselves and the warning says so. ``checked`` is the checklist run the
+    launch follows (:class:`tui.checks.engine.ChecklistRun`): its rows and its gradient-sync forecast go
+    into ``run.json``, and the forecast is shown beside the sync time the run measures.
     """
     source = resume_from(config, options) if resume else None
     network_env, note = None, None
@@ -82,4 +85,6 @@ def new_run(
         config_source=config_source,
         start_not_before=listener_deadline(listener_until),
     )
+    if checked is not None:
+        run.keep_checklist(getattr(checked, "results", None) or [], getattr(checked, "sync", None))
     return run, note

@@ -59,6 +59,10 @@ class ProgressSnapshot:
     loss: Optional[float] = None
     learning_rate: Optional[float] = None
     tokens_per_s: Optional[float] = None
+    sync_s: Optional[float] = None
+    """Seconds per optimizer step rank 0 spent in gradient sync (mean since the last progress line)."""
+    sync_forecast_s: Optional[float] = None
+    """The checklist's forecast of ``sync_s``, when the launcher passes it (shown beside the measurement)."""
     epoch: Optional[float] = None
     eta_s: Optional[float] = None
     """Seconds left at the recent step rate; None until two steps were seen."""
@@ -168,6 +172,7 @@ class ProgressModel:
             loss=_float(obj.get("loss"), snap.loss),
             learning_rate=_float(obj.get("learning_rate"), snap.learning_rate),
             tokens_per_s=self._tokens_per_s(obj, now),
+            sync_s=_float(obj.get("sync_s"), snap.sync_s),
             epoch=_float(obj.get("epoch"), snap.epoch),
             steps_per_s=rate,
             eta_s=max(0.0, eta) if eta is not None else _float(obj.get("eta_s"), snap.eta_s if step is None else None),
@@ -250,6 +255,9 @@ def format_progress(snap: ProgressSnapshot) -> str:
         parts.append(f"lr {snap.learning_rate:.2e}")
     if snap.tokens_per_s is not None:
         parts.append(f"{snap.tokens_per_s:,.0f} tok/s")
+    if snap.sync_s is not None:
+        forecast = f" (forecast {snap.sync_forecast_s:.2f})" if snap.sync_forecast_s is not None else ""
+        parts.append(f"sync {snap.sync_s:.2f} s/step{forecast}")
     if snap.epoch is not None:
         parts.append(f"ep {snap.epoch:.2f}")
     if snap.eta_s is not None:

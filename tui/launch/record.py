@@ -104,6 +104,10 @@ class RunRecordModel(BaseModel):
     """Ranks whose stack py-spy read from outside (installed beside the node's training interpreter)."""
     hang: Optional[dict[str, Any]] = None
     """A hang or stall: before the first step or not, the suspect ranks, each rank's last process state."""
+    checklist: list[dict[str, Any]] = Field(default_factory=list)
+    """The checklist rows the launch followed (a warning or a fail forced past with --force is here)."""
+    sync_forecast: Optional[dict[str, Any]] = None
+    """The checklist's gradient-sync forecast (``shared.syncplan.SyncForecast``); ``progress.sync_s`` is what the run measured."""
     diagnoses: list[dict[str, Any]] = Field(default_factory=list)
     """The failure doctor's findings, most likely root cause first (``ftwiz --why``)."""
     versions: dict[str, Any] = Field(default_factory=dict)

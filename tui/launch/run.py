@@ -27,10 +27,11 @@ likely cause: the run is left alone and re-attached when the nodes answer again.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from shared.config import FtwizConfig
 from tui.exitcodes import EXIT_OK
@@ -86,6 +87,15 @@ class Run(DetachedMixin):
         #: the rendezvous port on the master until then); the nodes are prepared meanwhile.
         self.start_not_before = start_not_before
         self._reconnects: dict[str, Future] = {}
+
+    def keep_checklist(self, results: Sequence[Any], sync: Optional[Any]) -> None:
+        """Keep the checklist this launch follows in ``run.json`` (rows, the gradient-sync forecast) and show
+        the forecast beside the sync time the run measures."""
+        rows = [r.model_dump(mode="json") if hasattr(r, "model_dump") else dict(r) for r in results]
+        forecast = sync.model_dump(mode="json") if sync is not None and hasattr(sync, "model_dump") else None
+        self.record.update(checklist=rows, sync_forecast=forecast)
+        if forecast is not None and isinstance(forecast.get("sync_s"), (int, float)):
+            self.progress.snapshot = dataclasses.replace(self.progress.snapshot, sync_forecast_s=float(forecast["sync_s"]))
 
     # ------------------------------------------------------------------ detached runs
 

@@ -59,6 +59,9 @@ class Timing:
     """No progress or heartbeat from a rank for this long is a stall; also the hang window before step 1."""
     first_step_grace_s: float
     """Before the first step, the longest a run may show no progress while its ranks still move."""
+    error_grace_s: float = 2.0
+    """A rank said it failed (an ``error`` line): how long torchrun gets to report the node's failure
+    itself (its report names a rank killed by a signal, which the erroring peers may only echo)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,8 @@ class Supervisor:
     detach_requested: bool = False
     stopped_elsewhere: bool = False
     worker_failure: Optional[WorkerFailure] = None
+    rank_error: Optional[tuple[str, Optional[int], str, float]] = None
+    """The first ``error`` line: (node, rank, message, when)."""
     exit_order: list[str] = field(default_factory=list)
     last_moved: dict[int, float] = field(default_factory=dict)
     """Global rank → when its last progress or heartbeat line came."""
@@ -195,6 +200,11 @@ class Supervisor:
         if self.worker_failure is None:
             self.worker_failure = failure
 
+    def rank_errored(self, node: str, rank: Optional[int], message: str, now: float) -> None:
+        """A rank printed an ``error`` line: it is failing (the first one counts)."""
+        if self.rank_error is None:
+            self.rank_error = (node, rank, message, now)
+
     def rank_moved(self, rank: int, now: float) -> None:
         """A progress or heartbeat line from ``rank``."""
         self.last_moved[rank] = now
@@ -241,6 +251,10 @@ class Supervisor:
             f = self.worker_failure
             who = f"rank {f.rank}" if f.rank is not None else f"local rank {f.local_rank}"
             return StopAll(f"{who} on {f.node} {describe_worker_exit(f.exitcode)}", RunStatus.FAILED, trigger_node=f.node)
+        if self.rank_error is not None and now - self.rank_error[3] >= self.timing.error_grace_s:
+            node, rank, message, _ = self.rank_error
+            who = f"rank {rank}" if rank is not None else "a rank"
+            return StopAll(f"{who} on {node} failed: {message}", RunStatus.FAILED, trigger_node=node)
         active = [v for v in self.nodes.values() if v.ending is None]
         if not active:
             return Succeed()

@@ -195,9 +195,9 @@ class BarCollapser:
     def feed(self, source: str, line: str, text: Optional[str] = None) -> list[str]:
         """Lines to write for ``line`` (``text`` is the line without its display prefix, if it has one)."""
         body = line if text is None else text
-        if is_bar(body):
-            bar = parse_bar(body) or {}
-            if bar.get("step") is not None and bar.get("step") == bar.get("total_steps"):
+        counts = _bar_counts(body) if "%|" in body else None
+        if counts is not None:
+            if counts[0] == counts[1]:
                 self.held.pop(source, None)
                 return [_clean_bar(line)]
             self.held[source] = _clean_bar(line)
@@ -213,6 +213,14 @@ class BarCollapser:
         out = list(self.held.values())
         self.held.clear()
         return out
+
+
+def _bar_counts(text: str) -> Optional[tuple[int, int]]:
+    """(n, total) of the last bar update in ``text``, described or not; None when it is no bar."""
+    matches = list(_BAR.finditer(_TRAILING_PREFIX.sub("", text)))
+    if not matches:
+        return None
+    return int(matches[-1].group("n")), int(matches[-1].group("total"))
 
 
 def _clean_bar(line: str) -> str:

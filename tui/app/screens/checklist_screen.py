@@ -18,6 +18,7 @@ from tui.app.screens.confirm_screen import ConfirmScreen
 from tui.app.screens.step_screen import StepScreen
 from tui.app.widgets.checklist.check_detail import CheckDetail
 from tui.app.widgets.checklist.check_table import CheckTable
+from tui.app.widgets.checklist.mesh_heatmap import MeshHeatmap
 from tui.app.widgets.common.step_bar import StepBar
 
 __all__ = ["ChecklistScreen"]
@@ -43,6 +44,7 @@ class ChecklistScreen(StepScreen):
             yield ProgressBar(id="check-progress", show_eta=False)
         yield CheckTable(id="check-table")
         yield CheckDetail(id="check-detail")
+        yield MeshHeatmap(id="mesh-heatmap")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -62,6 +64,7 @@ class ChecklistScreen(StepScreen):
         palette = Palette.from_app(self.app)
         self.query_one(CheckTable).show(checks.results, palette, running=checks.running)
         self._show_detail()
+        self.query_one(MeshHeatmap).show(getattr(checks, "mesh", None), palette)
         self.query_one("#check-summary", Static).update(checks.summary(self.wizard.config, palette))
         bar = self.query_one("#check-progress", ProgressBar)
         bar.update(total=max(checks.total, 1), progress=checks.done if checks.total else 0)

@@ -19,6 +19,7 @@ from tui.app.widgets.common.step_bar import StepBar
 from tui.app.widgets.job.advice_panel import AdvicePanel
 from tui.app.widgets.job.fit_chart import FitChart
 from tui.app.widgets.job.job_form import JobForm
+from tui.app.widgets.job.sync_panel import SyncPanel, forecast_for
 
 __all__ = ["JobScreen"]
 
@@ -41,6 +42,7 @@ class JobScreen(StepScreen):
             with Vertical(id="job-plan"):
                 yield Static("", id="job-status")
                 yield FitChart(id="fit-chart")
+                yield SyncPanel(id="sync-panel")
                 yield AdvicePanel(id="advice")
         yield Footer()
 
@@ -86,6 +88,8 @@ class JobScreen(StepScreen):
     def replan(self) -> None:
         """Estimate and advise for the current config (a thread: a local model's config.json is read)."""
         plan = plan_job(self.wizard.config, self.wizard.cluster)
+        sync = forecast_for(self.wizard.config, self.wizard.cluster, getattr(self.wizard.checks, "mesh", None))
+        self.app.call_from_thread(self.query_one(SyncPanel).show, sync, Palette.from_app(self.app))
         self.app.call_from_thread(self._show_plan, plan)
 
     plans_shown = 0

@@ -1,0 +1,142 @@
+"""The full mesh: which pairs to measure in which round, the matrix they fill, and which links are slow.
+
+Pure (no I/O): the controller (``tui/checks/mesh.py``) runs the agents' connect and bandwidth probes in
+the rounds :func:`round_robin` gives and fills a :class:`MeshMatrix`; :func:`slow_links` and
+:func:`slow_latency` judge it, :func:`bottleneck` feeds the gradient-sync forecast (``shared/syncplan.py``).
+
+Scheduling is the circle method of a round-robin tournament: with N nodes (plus a "bye" when N is odd)
+there are N−1 rounds (N rounds when odd) in which every node is in at most one pair, and every pair
+meets exactly once, so no two streams of a round share a node's link.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "MAX_LATENCY_MS",
+    "SLOW_FRACTION",
+    "Link",
+    "MeshMatrix",
+    "bottleneck",
+    "round_robin",
+    "slow_latency",
+    "slow_links",
+]
+
+SLOW_FRACTION = 0.25
+"""A directed link below this fraction of the cluster's typical link (:meth:`MeshMatrix.typical_gbit`) is
+named slow: a bad cable, a 100 Mbit/s switch port or a duplex mismatch shows as a tenth of its peers,
+while streams over healthy links on a busy host vary by up to 3x (measured here on namespace nodes:
+1.6-4.5 Gbit/s between unshaped pairs of one mesh), so half would name healthy links."""
+MAX_LATENCY_MS = 10.0
+"""TCP connect time above which a pair is named: a LAN answers in well under a millisecond."""
+
+
+class Link(BaseModel):
+    """One directed measurement: from ``src``'s agent to ``dst``'s agent."""
+
+    src: str = Field(description="Node that connected / streamed.")
+    dst: str = Field(description="Node that accepted / received.")
+    latency_ms: float | None = Field(default=None, description="Best TCP connect time of the tries, ms; None when unreachable.")
+    gbit_per_s: float | None = Field(default=None, description="Throughput of the HTTP stream, Gbit/s; None when the probe failed.")
+    error: str | None = Field(default=None, description="Why a figure is missing.")
+
+
+class MeshMatrix(BaseModel):
+    """Every directed link between the nodes, measured in rounds of disjoint pairs."""
+
+    nodes: list[str] = Field(description="Node names, in config order (rows and columns of the matrix).")
+    links: list[Link] = Field(default_factory=list, description="One entry per ordered pair (src != dst).")
+    rounds: int = Field(0, description="Rounds of disjoint pairs the measurement took.")
+    seconds: float = Field(0.0, description="Wall time of the whole mesh measurement.")
+    stream_seconds: float = Field(0.0, description="Seconds each bandwidth stream ran.")
+
+    def link(self, src: str, dst: str) -> Link | None:
+        """The ``src → dst`` measurement, or None when it was not taken."""
+        for link in self.links:
+            if link.src == src and link.dst == dst:
+                return link
+        return None
+
+    def matrix(self, field: str = "gbit_per_s") -> list[list[float | None]]:
+        """``rows[i][j]`` = ``field`` of ``nodes[i] → nodes[j]`` (None on the diagonal and where missing)."""
+        index = {(link.src, link.dst): getattr(link, field) for link in self.links}
+        return [[index.get((a, b)) if a != b else None for b in self.nodes] for a in self.nodes]
+
+    def median_gbit(self) -> float | None:
+        """Median throughput over the links that have one."""
+        values = [link.gbit_per_s for link in self.links if link.gbit_per_s is not None]
+        return statistics.median(values) if values else None
+
+    def typical_gbit(self) -> float | None:
+        """The median over nodes of each node's fastest link (either direction).
+
+        The plain median fails when one node of three is slow (four of six links are then slow); each
+        node's best link is healthy unless the node itself is, so their median holds while fewer than
+        half the nodes are bad.
+        """
+        best = []
+        for node in self.nodes:
+            values = [lk.gbit_per_s for lk in self.links if node in (lk.src, lk.dst) and lk.gbit_per_s is not None]
+            if values:
+                best.append(max(values))
+        return statistics.median(best) if best else None
+
+
+def round_robin(names: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """Rounds of disjoint unordered pairs covering every pair once (circle method).
+
+    >>> round_robin(["a", "b", "c", "d"])
+    [[('a', 'd'), ('b', 'c')], [('a', 'c'), ('d', 'b')], [('a', 'b'), ('c', 'd')]]
+    """
+    players: list[str | None] = list(names)
+    if len(players) < 2:
+        return []
+    if len(players) % 2:
+        players.append(None)  # the bye: whoever meets it sits the round out
+    n = len(players)
+    rounds = []
+    for _ in range(n - 1):
+        pairs = []
+        for i in range(n // 2):
+            a, b = players[i], players[n - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((a, b))
+        rounds.append(pairs)
+        players = [players[0], players[-1], *players[1:-1]]  # keep the first, rotate the rest
+    return rounds
+
+
+def slow_links(mesh: MeshMatrix, fraction: float = SLOW_FRACTION) -> list[Link]:
+    """Directed links below ``fraction`` × the typical link, slowest first (failed probes excluded)."""
+    typical = mesh.typical_gbit()
+    if typical is None:
+        return []
+    slow = [link for link in mesh.links if link.gbit_per_s is not None and link.gbit_per_s < fraction * typical]
+    return sorted(slow, key=lambda link: link.gbit_per_s or 0.0)
+
+
+def slow_latency(mesh: MeshMatrix, limit_ms: float = MAX_LATENCY_MS) -> list[Link]:
+    """Directed links whose connect time exceeds ``limit_ms``, slowest first."""
+    slow = [link for link in mesh.links if link.latency_ms is not None and link.latency_ms > limit_ms]
+    return sorted(slow, key=lambda link: -(link.latency_ms or 0.0))
+
+
+def bottleneck(mesh: MeshMatrix, nodes: Sequence[str] | None = None) -> Link | None:
+    """The slowest measured link among ``nodes`` (default: all).
+
+    A ring all-reduce runs at the pace of its slowest hop, and which ring the collective library builds
+    follows rank order (arrival order under c10d), so the forecast assumes the worst link is in it.
+    """
+    keep = set(nodes) if nodes is not None else set(mesh.nodes)
+    measured = [link for link in mesh.links if link.src in keep and link.dst in keep and link.gbit_per_s]
+    return min(measured, key=lambda link: link.gbit_per_s or 0.0) if measured else None
+
+
+def pairs_of(node: str, links: Sequence[Link]) -> list[Link]:
+    """The links in ``links`` that start or end at ``node``."""
+    return [link for link in links if node in (link.src, link.dst)]

@@ -1,0 +1,223 @@
+"""The full mesh: latency and bandwidth between every pair of nodes, both directions (check ``net.mesh``).
+
+The agents' own probes are the instrument: ``POST /v1/probe/connect`` (TCP connect time, the best of
+:data:`CONNECT_TRIES`) and ``POST /v1/probe/bandwidth`` (an HTTP stream to the peer's sink). Pairs run in
+the rounds :func:`shared.meshplan.round_robin` gives, so inside a round no node is in two pairs; inside
+a pair the connects run first (no stream may inflate them), then every pair's ``a → b`` streams at
+once, then every ``b → a``: each node sends or receives one stream at a time.
+
+The matrix is memoised on the :class:`CheckContext` (``mesh`` in ``ctx.notes`` once measured) so
+``net.latency``, ``net.bandwidth`` (the star to the master is a subset of the mesh) and the sync
+forecast read the same figures, and ``ftwiz --check --json`` carries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from shared import meshplan
+from shared.config import FtwizConfig, NodeConfig
+from shared.meshplan import Link, MeshMatrix
+from tui.checks.base import CheckContext, CheckResult, Status, check, result
+
+__all__ = ["CONNECT_TRIES", "STREAM_SECONDS", "measure_mesh", "mesh_of", "mesh_rows"]
+
+CONNECT_TRIES = 3
+"""Connects per direction; the best one counts (a busy controller or agent only ever adds time)."""
+STREAM_SECONDS = 0.5
+"""Default seconds per bandwidth stream (option ``bandwidth_seconds``): 2(N−1) streams in sequence per node."""
+
+
+async def measure_mesh(config: FtwizConfig, client: Any, up: set[str], *, stream_seconds: float = STREAM_SECONDS,
+                       connect_timeout_s: float = 3.0) -> MeshMatrix:
+    """Measure every ordered pair among the nodes in ``up``; links touching a node not up carry an error."""
+    started = time.monotonic()
+    names = [n.name for n in config.nodes]
+    live = [name for name in names if name in up]
+    links: dict[tuple[str, str], Link] = {
+        (a, b): Link(src=a, dst=b, error=f"agent on {a if a not in up else b} is not up")
+        for a in names for b in names if a != b and (a not in up or b not in up)
+    }
+    rounds = meshplan.round_robin(live)
+
+    async def latency(a: str, b: str) -> None:
+        target = config.node(b)
+        port = config.agent_port(target)
+        best: float | None = None
+        error: str | None = None
+        for _ in range(CONNECT_TRIES):
+            reply = await client.probe_connect(a, target.host, port, connect_timeout_s)
+            if not reply.ok:
+                error = f"connect probe on {a} failed: {reply.error}"
+                break
+            if not reply.value.reachable:
+                error = reply.value.error or "unreachable"
+                break
+            ms = reply.value.latency_ms
+            best = ms if best is None or (ms is not None and ms < best) else best
+        links[(a, b)] = Link(src=a, dst=b, latency_ms=None if error else best, error=error)
+
+    async def bandwidth(a: str, b: str) -> None:
+        link = links[(a, b)]
+        if link.error:
+            return  # unreachable: a stream would only time out
+        reply = await client.probe_bandwidth(a, client.base_url(b), stream_seconds)
+        if not reply.ok or reply.value.error:
+            why = reply.error if not reply.ok else reply.value.error
+            links[(a, b)] = link.model_copy(update={"error": f"bandwidth probe {a} → {b} failed: {why}"})
+        else:
+            links[(a, b)] = link.model_copy(update={"gbit_per_s": reply.value.gbit_per_s})
+
+    for pairs in rounds:
+        await asyncio.gather(*(latency(a, b) for a, b in pairs), *(latency(b, a) for a, b in pairs))
+        await asyncio.gather(*(bandwidth(a, b) for a, b in pairs))
+        await asyncio.gather(*(bandwidth(b, a) for a, b in pairs))
+    ordered = [links[(a, b)] for a in names for b in names if a != b and (a, b) in links]
+    return MeshMatrix(nodes=names, links=ordered, rounds=len(rounds), seconds=round(time.monotonic() - started, 3),
+                      stream_seconds=stream_seconds)
+
+
+async def mesh_of(ctx: CheckContext) -> MeshMatrix:
+    """The cluster's mesh, measured once per checklist run and left in ``ctx.notes["mesh"]``."""
+
+    async def build() -> MeshMatrix:
+        up = {n.name for n in ctx.config.nodes if ctx.report(n) is not None}
+        mesh = await measure_mesh(
+            ctx.config, ctx.client, up,
+            stream_seconds=float(ctx.option("bandwidth_seconds", STREAM_SECONDS)),
+            connect_timeout_s=float(ctx.option("connect_timeout_s", 3.0)),
+        )
+        ctx.notes["mesh"] = mesh
+        return mesh
+
+    return await ctx.memo("mesh", build)
+
+
+def _iface(ctx: CheckContext, node: str) -> str:
+    """``eth0 (1000 Mbit/s)`` as the node's agent reports its NCCL interface, or what is known."""
+    from shared import netplan
+
+    plan = netplan.resolve_interfaces(ctx.config, ctx.reports)
+    chosen = plan.nodes.get(node)
+    report = ctx.reports.get(node)
+    if chosen is None or not chosen.ifname or report is None:
+        return "its NCCL interface (unknown)"
+    nic = next((n for n in report.nics if n.name == chosen.ifname), None)
+    speed = f"{nic.speed_mbps} Mbit/s" if nic is not None and nic.speed_mbps else "no speed reported"
+    return f"{chosen.ifname} ({speed})"
+
+
+def _culprits(mesh: MeshMatrix, slow: list[Link]) -> dict[str, str]:
+    """Nodes whose every link in one direction (or both) is slow: the node's own link, not a pair.
+
+    Taken greedily, most slow links first; a culprit's links are then set aside, and a node needs at
+    least two remaining links in a direction to be judged (one link cannot tell a node from a pair).
+    """
+    slow_set = {(link.src, link.dst) for link in slow}
+    found: dict[str, str] = {}
+    while True:
+        best: tuple[int, str, str] | None = None
+        for node in mesh.nodes:
+            if node in found:
+                continue
+            alive = [lk for lk in mesh.links if lk.gbit_per_s is not None and lk.src not in found and lk.dst not in found]
+            out = [lk for lk in alive if lk.src == node]
+            into = [lk for lk in alive if lk.dst == node]
+            out_slow = len(out) >= 2 and all((lk.src, lk.dst) in slow_set for lk in out)
+            in_slow = len(into) >= 2 and all((lk.src, lk.dst) in slow_set for lk in into)
+            if out_slow or in_slow:
+                count = sum(1 for lk in out + into if (lk.src, lk.dst) in slow_set)
+                direction = "both directions" if out_slow and in_slow else "sending" if out_slow else "receiving"
+                if best is None or count > best[0]:
+                    best = (count, node, direction)
+        if best is None:
+            return found
+        found[best[1]] = best[2]
+
+
+def _fmt(link: Link) -> str:
+    return f"{link.src}→{link.dst} {link.gbit_per_s:.2f}" if link.gbit_per_s is not None else f"{link.src}→{link.dst} ?"
+
+
+def mesh_rows(ctx: CheckContext, mesh: MeshMatrix) -> list[CheckResult]:
+    """The ``net.mesh`` rows: a summary naming the slowest pairs, then one row per slow node, pair or delay."""
+    check_id, title = "net.mesh", "full mesh: every pair's latency and bandwidth"
+    median = mesh.typical_gbit()
+    slow = meshplan.slow_links(mesh)
+    delayed = meshplan.slow_latency(mesh)
+    failed = [link for link in mesh.links if link.error]
+    measured = sorted((lk for lk in mesh.links if lk.gbit_per_s is not None), key=lambda lk: lk.gbit_per_s or 0.0)
+    rows: list[CheckResult] = []
+    culprits = _culprits(mesh, slow)
+    for node, direction in culprits.items():
+        theirs = meshplan.pairs_of(node, slow)
+        others = sorted({lk.dst if lk.src == node else lk.src for lk in theirs})
+        rows.append(result(check_id, title, "warn", node,
+                           f"every link {direction} at {node} is slow: {', '.join(_fmt(lk) for lk in theirs)} Gbit/s "
+                           f"vs typical {median:.2f} Gbit/s",
+                           f"{node}'s own link: it reports {_iface(ctx, node)}, its peers {', '.join(f'{o} {_iface(ctx, o)}' for o in others)}; "
+                           f"on {node}: `ethtool <iface>` (speed/duplex), `tc qdisc show`, then the cable and switch port"))
+    for link in slow:
+        if link.src in culprits or link.dst in culprits:
+            continue
+        rows.append(result(check_id, title, "warn", link.src,
+                           f"{_fmt(link)} Gbit/s, below {meshplan.SLOW_FRACTION:.0%} of the typical {median:.2f} Gbit/s"
+                           + _reverse(mesh, link),
+                           f"the path {link.src} → {link.dst}: {link.src} reports {_iface(ctx, link.src)}, {link.dst} "
+                           f"{_iface(ctx, link.dst)}; compare the switch ports on that path (ethtool, counters)"))
+    seen: set[frozenset[str]] = set()
+    for link in delayed:
+        pair = frozenset((link.src, link.dst))
+        if pair in seen:
+            continue
+        seen.add(pair)
+        back = mesh.link(link.dst, link.src)
+        both = f" ({link.dst}→{link.src} {back.latency_ms:.1f} ms)" if back and back.latency_ms is not None else ""
+        rows.append(result(check_id, title, "warn", link.src,
+                           f"{link.src}→{link.dst} connect {link.latency_ms:.1f} ms{both}, above {meshplan.MAX_LATENCY_MS:g} ms",
+                           f"every collective step waits this long: put {link.src} and {link.dst} on one LAN segment "
+                           f"(`tc qdisc show dev <iface>` on both for a leftover netem; traceroute between them)"))
+    for link in failed:
+        if "is not up" in (link.error or ""):
+            continue
+        rows.append(result(check_id, title, "warn", link.src, f"{link.src}→{link.dst}: {link.error}",
+                           f"check the route and firewall from {link.src} to {link.dst}'s agent port"))
+    lat = [lk.latency_ms for lk in mesh.links if lk.latency_ms is not None]
+    summary = (f"{len(mesh.nodes)} nodes, {len(measured)} links in {mesh.rounds} rounds ({mesh.seconds:.1f} s): "
+               + (f"typical {median:.2f} Gbit/s, slowest {', '.join(_fmt(lk) for lk in measured[:3])} Gbit/s"
+                  if median is not None else "no bandwidth measured")
+               + (f"; connect {min(lat):.2f}–{max(lat):.2f} ms" if lat else ""))
+    if slow:
+        summary += f"; slow: {', '.join(_fmt(lk) for lk in slow)}"
+    status: Status = "warn" if rows else "pass"
+    hint = "see the rows below for each slow node or pair" if rows else ""
+    return [result(check_id, title, status, None, summary, hint), *rows]
+
+
+def _reverse(mesh: MeshMatrix, link: Link) -> str:
+    back = mesh.link(link.dst, link.src)
+    if back is None or back.gbit_per_s is None or link.gbit_per_s is None:
+        return ""
+    if back.gbit_per_s > 2 * link.gbit_per_s:
+        return f" (asymmetric: {link.dst}→{link.src} {back.gbit_per_s:.2f} Gbit/s)"
+    return ""
+
+
+@check("net.mesh", "full mesh: every pair's latency and bandwidth")
+async def mesh_check(ctx: CheckContext) -> list[CheckResult]:
+    """Every ordered pair, in rounds of disjoint pairs; names slow nodes, slow pairs and delayed pairs."""
+    title = "full mesh: every pair's latency and bandwidth"
+    if ctx.single_node:
+        return [result("net.mesh", title, "pass", None, "one node: no network hop")]
+    up = [n for n in ctx.config.nodes if ctx.report(n) is not None]
+    if len(up) < 2:
+        return [result("net.mesh", title, "skip", None, "fewer than two agents up: no pair to measure",
+                       "fix the agent.reachable rows first")]
+    return mesh_rows(ctx, await mesh_of(ctx))
+
+
+def link_to(mesh: MeshMatrix, node: NodeConfig, master: NodeConfig) -> Link | None:
+    """``node → master`` from the mesh (what ``net.latency`` and ``net.bandwidth`` report)."""
+    return mesh.link(node.name, master.name)
