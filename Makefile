@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench sysdeps venv clean lint
+.PHONY: demo test bench sysdeps venv clean lint gpu-smoke
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,11 @@ test: lint sysdeps $(STAMP)
 
 bench: sysdeps $(STAMP)
 	$(VPY) -m bench $(BENCH_ARGS)
+
+# GPU truth in one command: NCCL, QLoRA, FSDP mixed precision, estimator vs max_memory_allocated (bench/gpu_smoke.py).
+# Without a GPU it says so and runs the CPU variants.
+gpu-smoke: $(STAMP)
+	$(VPY) -m bench.gpu_smoke
 
 demo: sysdeps $(STAMP)
 	$(VPY) -m tui.demo

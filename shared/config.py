@@ -97,7 +97,10 @@ class JobConfig(_Section):
     gradient_checkpointing: bool = Field(True, description="Recompute activations in backward.")
     precision: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="Compute precision.")
     optimizer: Literal["adamw", "adamw_8bit", "paged_adamw_8bit"] = Field("paged_adamw_8bit", description="Optimizer.")
-    sharding: Literal["auto", "ddp", "fsdp"] = Field("auto", description="auto follows the routing advice (DDP when the model fits one GPU).")
+    sharding: Literal["auto", "ddp", "fsdp"] = Field(
+        "auto", description="ddp replicates the model on every GPU; fsdp shards weights, gradients and optimizer states (FSDP2, "
+                            "one transformer block per unit); auto picks fsdp exactly when the estimator says ddp does not fit and fsdp does.")
+    fsdp_offload: bool = Field(False, description="With sharding = fsdp: keep the shards and optimizer states in CPU RAM (slower; for small cards).")
     output_dir: str = Field("checkpoints/run", description="Checkpoints and the final adapter/model, relative to the node's workdir.")
     save_steps: int = Field(100, ge=1, description="Checkpoint every this many steps.")
     logging_steps: int = Field(1, ge=1, description="Progress line every this many steps.")

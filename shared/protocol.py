@@ -46,6 +46,8 @@ Kinds and their fields (``time`` is Unix seconds, float):
 
     {"ftwiz": "done", "rank": 0, "status": "ok", "adapter_path": "/work/ckpt/final"}
 
+                On CUDA every rank's ``done`` also carries ``peak_allocated_bytes`` (``torch.cuda.max_memory_allocated``).
+
 ``error``       any rank, before a non-zero exit; ``message`` says what failed and the fix::
 
     {"ftwiz": "error", "rank": 1, "message": "data/train.jsonl line 7: not valid JSON (...)"}

@@ -1,4 +1,4 @@
-"""The sft recipe: full, LoRA or QLoRA fine-tuning with the HF Trainer under torchrun (DDP).
+"""The sft recipe: full, LoRA or QLoRA fine-tuning under torchrun: the HF Trainer (DDP), or FSDP2 (``fsdp_train``).
 
 Order matters for failing well: :func:`preflight` checks everything a user can get wrong (method vs.
 hardware, dataset records, model path, output dir) before the process group starts, so a bad input ends
@@ -53,9 +53,6 @@ def preflight(spec: Spec) -> Plan:
     notes: list[str] = []
     if spec["method"] == "qlora" and not cuda:
         raise WorkloadError(QLORA_ON_CPU)
-    if spec["sharding"] == "fsdp":
-        raise WorkloadError('sharding = "fsdp" is not supported by the built-in sft recipe: it trains with DDP; set sharding = "ddp" '
-                            '(or "auto"), and use method = "qlora" or "lora" if the full model does not fit one GPU')
     model, is_local = resolve_model(spec)
     dataset = spec.input_path(spec["dataset"])
     records = read_records(dataset)
@@ -101,20 +98,22 @@ def _precision(wanted: str, cuda: bool, notes: list[str]) -> tuple[bool, bool]:
 
 
 def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
-    """Train; return the exit code. The process group is already up."""
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)  # its CPU-kernel warning is noise to a user
-    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
+    """Train; return the exit code. The process group is already up. ``sharding = "fsdp"`` goes to :mod:`.fsdp_train`."""
+    if ranks.is_main and spec.job.get("sharding_reason"):
+        note(f'sharding = "auto" -> {spec["sharding"]}: {spec.job["sharding_reason"]}', rank=ranks.rank)
+    if spec["sharding"] == "fsdp":
+        from . import fsdp_train
+
+        return fsdp_train.run(spec, ranks, plan)
+    quiet_libraries()
     import torch
-    import transformers
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from . import synctime
     from .callbacks import ProtocolCallback
+    from .node_weights import NodeLocalWeights
 
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     for message in plan.notes:
         if ranks.is_main:
             note(message, rank=ranks.rank)
@@ -135,19 +134,34 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         args=args,
         train_dataset=TokenDataset(examples),
         data_collator=PaddingCollator(tokenizer.pad_token_id),
-        callbacks=[callback],
+        callbacks=[callback, NodeLocalWeights()],
     )
     synctime.attach(trainer)  # times DDP's gradient all-reduce per step: sync_s in the progress lines
     trainer.remove_callback(PrinterCallback)  # our ProtocolCallback replaces HF's prints and tqdm
     trainer.remove_callback(ProgressCallback)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     final = _save_final(trainer, tokenizer, plan.output_dir, spec.run_id)
-    where: dict[str, Any] = {"adapter_path": str(final), "step": trainer.state.global_step} if ranks.is_main else {}
-    emit("done", rank=ranks.rank, status="ok", **where)
+    from .fsdp_train import peak_memory
+
+    done: dict[str, Any] = {"status": "ok", **peak_memory("nccl" if plan.cuda else "gloo")}
+    if ranks.is_main:
+        done.update(adapter_path=str(final), step=trainer.state.global_step)
+    emit("done", rank=ranks.rank, **done)
     if ranks.is_main:
         what = "adapter" if spec["method"] != "full" else "model"
         print(f"ftwiz: trained to step {trainer.state.global_step}; {what} written to {final}", flush=True)
     return 0
+
+
+def quiet_libraries() -> None:
+    """Silence the library chatter a user cannot act on (bitsandbytes' CPU warning, HF progress bars, v6 deprecations)."""
+    import transformers
+
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def _training_arguments(spec: Spec, plan: Plan):
@@ -216,7 +230,9 @@ def _load_model(spec: Spec, plan: Plan, ranks: Ranks):
 
         compute = torch.float16 if plan.fp16 else torch.bfloat16
         kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute,
+            # FSDP shards the packed 4-bit weights as tensors of the compute dtype (the answer.ai/HF FSDP+QLoRA recipe)
+            **({"bnb_4bit_quant_storage": compute} if spec["sharding"] == "fsdp" else {}),
         )
         kwargs["dtype"] = compute
         kwargs["device_map"] = {"": ranks.local_rank}
@@ -319,6 +335,10 @@ def _save_final(trainer, tokenizer, output_dir: Path, run_id: str) -> Path:
         shutil.rmtree(partial, ignore_errors=True)
     trainer.save_model(str(partial))  # gathers/unwraps as needed; writes only on should_save ranks
     if trainer.args.should_save:
+        from .node_weights import has_weights, write_weights
+
+        if not has_weights(partial):  # transformers wrote the full model on global rank 0 only
+            write_weights(trainer.model, partial)
         tokenizer.save_pretrained(str(partial))
         previous = output_dir / f".final.previous-{run_id or os.getpid()}"
         if final.exists():

@@ -45,6 +45,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "precision": "bf16",
     "optimizer": "paged_adamw_8bit",
     "sharding": "auto",
+    "fsdp_offload": False,
     "output_dir": "checkpoints/run",
     "save_steps": 100,
     "logging_steps": 1,

@@ -64,8 +64,12 @@ def build_tokenizer():
     return tokenizer
 
 
-def make_tiny_model(directory: str | os.PathLike, *, seed: int = 0) -> Path:
-    """Write the tiny tokenizer and a random-weight 2-layer Llama (seeded) to ``directory``."""
+def make_tiny_model(directory: str | os.PathLike, *, seed: int = 0, hidden_size: int = 64, layers: int = 2) -> Path:
+    """Write the tiny tokenizer and a random-weight Llama (seeded) to ``directory``.
+
+    The default (hidden 64, 2 layers) has about 0.1 M parameters; the FSDP tests use hidden 256 and 4 layers
+    (about 4.1 M), big enough that each rank's shard is visibly a fraction of the model.
+    """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
@@ -77,9 +81,9 @@ def make_tiny_model(directory: str | os.PathLike, *, seed: int = 0) -> Path:
     tokenizer = build_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size if hidden_size <= 64 else 4 * hidden_size,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
@@ -137,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     model = sub.add_parser("model", help="write the tiny Llama + tokenizer to DIR")
     model.add_argument("dir")
     model.add_argument("--seed", type=int, default=0)
+    model.add_argument("--hidden-size", type=int, default=64, help="hidden size (64: ~0.1 M parameters; 256 with 4 layers: ~4 M)")
+    model.add_argument("--layers", type=int, default=2, help="decoder layers")
     data = sub.add_parser("dataset", help="write a tiny JSONL dataset to FILE")
     data.add_argument("file")
     data.add_argument("--records", type=int, default=300)
@@ -144,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     data.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.what == "model":
-        print(f"tiny model written to {make_tiny_model(args.dir, seed=args.seed)}")
+        print(f"tiny model written to {make_tiny_model(args.dir, seed=args.seed, hidden_size=args.hidden_size, layers=args.layers)}")
     else:
         formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
         unknown = [f for f in formats if f not in FORMATS]

@@ -17,6 +17,7 @@ def rundir(tmp_path_factory) -> Path:
     """A run dir holding ``ftwiz_workloads``, copied from agent/workloads as the launcher does."""
     root = tmp_path_factory.mktemp("rundir")
     shutil.copytree(SOURCE, root / PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copyfile(SOURCE.parents[1] / "shared" / "protocol.py", root / PACKAGE / "_wire.py")  # as tui.launch.support ships it
     return root
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -147,7 +148,14 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
         return [result("mem.fit", title, "skip", None, f"unknown model: {source.source}",
                        "point [job] model at a local directory with config.json, or use a catalog model id (e.g. meta-llama/Llama-2-7b-hf)")]
     dp = _world_size(ctx)
-    est = estimator.estimate(source.arch, job, dp_size=dp)
+    sharding, why = estimator.choose_sharding(source.arch, job, dp_size=dp, free_bytes=free_per_gpu(ctx.config, ctx.reports))
+    est = estimator.estimate(source.arch, job, dp_size=dp, sharding=sharding)
+    other = estimator.estimate(source.arch, job, dp_size=dp, sharding="fsdp" if sharding == "ddp" else "ddp") if dp > 1 else None
+    both = f"{est.sharding} {est.total_bytes / GIB:.1f} GiB" + (f", {other.sharding} {other.total_bytes / GIB:.1f} GiB" if other else "")
+    context = f"per GPU: {both}; {why}"
+    free = free_per_gpu(ctx.config, ctx.reports)
+    if est.sharding == "fsdp" and free and min(free) < 0.9 * max(free):
+        context += f"; FSDP shards evenly, so the smallest GPU ({min(free) / GIB:.1f} GiB free) bounds every rank's shard"
     rows = []
     for node in ctx.config.nodes:
         report = ctx.report(node)
@@ -161,8 +169,34 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
             rows.append(result("mem.fit", title, "skip", node.name,
                                f"no GPU: estimate {est.total_bytes / GIB:.1f} GiB per GPU{ram_text} ({source.source})"))
             continue
-        rows.append(_fit_row(estimator, est, node, gpus, source.source))
+        rows.append(_fit_row(estimator, est, node, gpus, f"{source.source}; {context}"))
     return rows
+
+
+def launch_sharding(config: FtwizConfig, reports: Mapping[str, Any]) -> tuple[str, str]:
+    """The sharding a launch writes into ``job.json``, and why: ``auto`` becomes ``fsdp`` exactly when the
+    estimator says DDP does not fit every GPU the job uses and FSDP does (see ``shared.fit.choose_sharding``)."""
+    from shared import estimator
+
+    job = config.job
+    if job.workload != "sft" or job.sharding != "auto":
+        return job.sharding, f"sharding = \"{job.sharding}\" in [job]"
+    source = resolve_arch(config)
+    if source.arch is None:
+        return "ddp", f"auto: the model's architecture is unknown ({source.source}); ddp"
+    return estimator.choose_sharding(source.arch, job, dp_size=world_size(config, reports), free_bytes=free_per_gpu(config, reports))
+
+
+def free_per_gpu(config: FtwizConfig, reports: Mapping[str, Any]) -> list[int]:
+    """Free memory of every GPU the job will use, across the nodes whose agents answered."""
+    free = []
+    for node in config.nodes:
+        report = reports.get(node.name)
+        for gpu in selected_gpus(node, report) if report is not None else []:
+            value = gpu.memory_free_bytes if gpu.memory_free_bytes is not None else gpu.memory_total_bytes
+            if value is not None:
+                free.append(int(value))
+    return free
 
 
 _STATUS: dict[str, Status] = {"fits": "pass", "tight": "warn", "won't fit": "fail"}

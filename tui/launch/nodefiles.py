@@ -62,6 +62,10 @@ def node_files(
     mine = next(p for p in plan if p.node == node.name)
     spec = config.job.model_dump(mode="json")
     spec.update(run_id=run_id, workdir=workdir_abs, base_dir=workdir_abs, resume="auto" if resume else None, output_dir=output_dir)
+    if spec.get("sharding") == "auto":  # the workload runs what the estimator picked: fsdp exactly when ddp does not fit
+        from tui.checks.resources import launch_sharding
+
+        spec["sharding"], spec["sharding_reason"] = launch_sharding(config, reports)
     files = dict(package)
     files["job.json"] = json.dumps(spec, indent=2).encode()
     files[f"{node.name}.sh"] = start_script(mine, rundir_abs).encode()
