@@ -8,12 +8,24 @@ values, so a user can fix the file without reading this code.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any, Literal, Optional, Union
 
 import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from tomlkit.exceptions import ParseError, TOMLKitError
+
+from shared.config_errors import (
+    NO_NODES,
+    cross_loc,
+    explain,
+    got,
+    is_gpus_union,
+    is_union_tag,
+    locate_line,
+    path,
+    syntax_detail,
+)
+from shared.job_command import REQUIREMENT_RE, RESERVED_ENV, check_command, check_progress_regex
 
 DEFAULT_AGENT_PORT = 8462
 DEFAULT_RENDEZVOUS_PORT = 29500
@@ -158,45 +170,6 @@ class JobConfig(_Section):
         return value
 
 
-#: One pip requirement: a name, optional extras, optional version specifiers (PEP 508 without markers).
-REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]+\])?\s*((===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*(,\s*(===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?$")
-#: Environment torchrun or ftwiz sets for every rank: ``[job].env`` may not override it.
-RESERVED_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
-                          "MASTER_PORT", "TORCHELASTIC_RUN_ID", "FTWIZ_RUN_ID", "FTWIZ_NODE", "CUDA_VISIBLE_DEVICES"})
-#: Named groups ``progress_regex`` may use.
-PROGRESS_GROUPS = ("step", "total", "loss", "lr", "epoch")
-_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def check_command(value: list[str]) -> list[str]:
-    """``[job].command``: a script path or ``-m module``, then arguments; raise ValueError with the fix."""
-    if not value:
-        return value
-    first = value[0]
-    if first == "-m":
-        if len(value) < 2 or not _MODULE_RE.match(value[1]):
-            raise ValueError('after "-m" give a module name, e.g. ["-m", "axolotl.cli.train", "cfg.yml"]')
-    elif first.startswith("-") or not first.strip():
-        raise ValueError(f'the first word must be your script (e.g. "train.py") or "-m" and a module, not {first!r}')
-    return value
-
-
-def check_progress_regex(value: Optional[str]) -> Optional[str]:
-    """``[job].progress_regex``: compiles, and its named groups are among :data:`PROGRESS_GROUPS`."""
-    if value is None or value == "":
-        return None
-    try:
-        pattern = re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression: {exc}") from None
-    unknown = sorted(set(pattern.groupindex) - set(PROGRESS_GROUPS))
-    if unknown:
-        raise ValueError(f"unknown named group(s) {', '.join(unknown)}: use {', '.join(PROGRESS_GROUPS)}, e.g. r\"step (?P<step>\\d+) loss (?P<loss>[0-9.]+)\"")
-    if not {"step", "loss"} & set(pattern.groupindex):
-        raise ValueError("needs a named group step or loss, e.g. r\"step (?P<step>\\d+)/(?P<total>\\d+) loss (?P<loss>[0-9.]+)\"")
-    return value
-
-
 class NcclConfig(_Section):
     """``[nccl]``: interface and transport selection."""
 
@@ -258,7 +231,7 @@ class FtwizConfig(BaseModel):
     @model_validator(mode="after")
     def _cross_checks(self) -> "FtwizConfig":
         if not self.nodes and self.cluster.backend == "ssh":
-            raise ValueError(_NO_NODES)
+            raise ValueError(NO_NODES)
         names = [n.name for n in self.nodes]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -285,7 +258,6 @@ class FtwizConfig(BaseModel):
         return node.agent_port or self.cluster.agent_port
 
 
-_NO_NODES = 'required but missing: add a [[nodes]] section per machine (or set [cluster] backend = "slurm")'
 
 
 class ConfigError(Exception):
@@ -320,7 +292,7 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
         raise ConfigError(source, f"TOML syntax error: {exc.args[0] if exc.args else exc}", line=exc.line) from None
     except TOMLKitError as exc:
         # e.g. a key written twice: tomlkit gives no line, the stdlib parser does.
-        message, line = _syntax_detail(text, exc)
+        message, line = syntax_detail(text, exc)
         raise ConfigError(source, f"TOML syntax error: {message}", line=line) from None
     if not isinstance(data.get("nodes", []), list):
         raise ConfigError(source, "must be a list of [[nodes]] tables (write each node as a [[nodes]] section)",
@@ -331,131 +303,21 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
         errors = exc.errors()
         first = errors[0]
         loc = list(first["loc"])
-        if _is_gpus_union(loc):
-            loc = [p for p in loc if not _is_union_tag(p)]
-            message = 'must be "all", a GPU count (0 or more) or a list of GPU indices' + _got(first)
-            gpus_custom = [e for e in errors if e["type"] == "value_error" and _is_gpus_union(list(e["loc"]))]
+        if is_gpus_union(loc):
+            loc = [p for p in loc if not is_union_tag(p)]
+            message = 'must be "all", a GPU count (0 or more) or a list of GPU indices' + got(first)
+            gpus_custom = [e for e in errors if e["type"] == "value_error" and is_gpus_union(list(e["loc"]))]
             if gpus_custom:  # our own validator's sentence is more precise than the union summary
-                message = _explain(gpus_custom[0])
+                message = explain(gpus_custom[0])
         elif not loc:
-            loc, message = _cross_loc(data, first), _explain(first)
+            loc, message = cross_loc(data, first), explain(first)
         else:
-            message = _explain(first)
+            message = explain(first)
             inner = re.match(r"^([a-z_]+): (.*)$", message, re.S)
             if inner and loc and loc[-1] == "job" and inner.group(1) in JobConfig.model_fields:
                 loc, message = [*loc, inner.group(1)], inner.group(2)
-        field = _path(loc)
+        field = path(loc)
         raise ConfigError(source, message, line=locate_line(text, loc), field=field or None) from None
-
-
-def _syntax_detail(text: str, exc: Exception) -> tuple[str, Optional[int]]:
-    try:
-        import tomllib  # Python 3.11+
-    except ImportError:  # pragma: no cover - Python 3.10
-        return str(exc), None
-    try:
-        tomllib.loads(text)
-    except tomllib.TOMLDecodeError as decode:
-        found = re.search(r"\(at line (\d+), column \d+\)", str(decode))
-        return str(decode), int(found.group(1)) if found else None
-    return str(exc), None
-
-
-_UNION_TAGS = ("literal['all']", "int", "list[int]")
-
-
-def _is_union_tag(part: Any) -> bool:
-    return isinstance(part, str) and (part in _UNION_TAGS or part.startswith("function-after["))
-
-
-def _is_gpus_union(loc: list[Any]) -> bool:
-    return "gpus" in loc and any(_is_union_tag(p) for p in loc[loc.index("gpus") + 1:])
-
-
-def _got(error: Mapping[str, Any]) -> str:
-    value = error.get("input")
-    return f" (got {value!r})" if value is not None and not isinstance(value, (dict, list)) else ""
-
-
-def _cross_loc(data: dict[str, Any], error: Mapping[str, Any]) -> list[Any]:
-    """Where a whole-config check points: the repeated node name, or ``cluster.master``."""
-    message = str(error.get("msg", ""))
-    if _NO_NODES in message:
-        return ["nodes"]
-    if "cluster.master" in message:
-        return ["cluster", "master"]
-    if "node names must be unique" in message:
-        seen: set[Any] = set()
-        for index, node in enumerate(data.get("nodes") or []):
-            name = node.get("name") if isinstance(node, dict) else None
-            if name in seen:
-                return ["nodes", index, "name"]
-            seen.add(name)
-    return []
-
-
-def _path(loc: list[Any]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("literal['all']", "int", "list[int]", "function-after[_gpus_ok(), union[literal['all'],int,list[int]]]"):
-            continue
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def _explain(error: Mapping[str, Any]) -> str:
-    message = error["msg"]
-    ctx = error.get("ctx") or {}
-    if error["type"] == "literal_error" and "expected" in ctx:
-        message = f"must be one of {ctx['expected']}"
-    elif error["type"] == "extra_forbidden":
-        message = "unknown key (check the spelling; see the README for the allowed keys)"
-    elif error["type"] == "missing":
-        message = "required but missing"
-    if message.startswith("Value error, "):
-        message = message[len("Value error, "):]
-    if "input" in error and error["type"] not in ("missing",) and not isinstance(error["input"], (dict, list)):
-        message += f" (got {error['input']!r})"
-    return message
-
-
-def locate_line(text: str, loc: list[Any]) -> Optional[int]:
-    """Best-effort line of the key at ``loc`` (e.g. ``['nodes', 1, 'ssh_port']``) in ``text``."""
-    keys = [p for p in loc if isinstance(p, (str, int))]
-    if not keys:
-        return None
-    lines = text.splitlines()
-    section, index, key = str(keys[0]), None, None
-    rest = keys[1:]
-    if rest and isinstance(rest[0], int):
-        index, rest = rest[0], rest[1:]
-    if rest:
-        key = str(rest[0])
-    header_re = re.compile(r"^\s*\[\[\s*" + re.escape(section) + r"\s*\]\]" if index is not None else r"^\s*\[\s*" + re.escape(section) + r"\s*\]")
-    seen, start = -1, None
-    for number, line in enumerate(lines, 1):
-        if header_re.match(line):
-            seen += 1
-            if index is None or seen == index:
-                start = number
-                break
-    if start is None:
-        for number, line in enumerate(lines, 1):
-            if re.match(r"^\s*" + re.escape(section) + r"\s*=", line):
-                return number
-        return None
-    if key is None:
-        return start
-    for number in range(start + 1, len(lines) + 1):
-        line = lines[number - 1]
-        if re.match(r"^\s*\[", line):
-            break
-        if re.match(r"^\s*" + re.escape(key) + r"\s*=", line):
-            return number
-    return start
 
 
 def to_toml(config: FtwizConfig, original: Optional[str] = None) -> str:
