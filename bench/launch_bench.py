@@ -197,7 +197,7 @@ class _Watched:
             return _wait(lambda: len(self.run.progress.last_moved) >= ranks, timeout) is not None
         # Unsupervised: wait for the workers' heartbeats in the node-side logs.
         def beating() -> bool:
-            return all(_heartbeats(Path(n.get("node_log", "/nonexistent"))) >= 2 for n in self.run.record.data.get("nodes", {}).values())
+            return all(_heartbeats(Path(n.get("node_log") or "/nonexistent")) >= 2 for n in self.run.record.data.get("nodes", {}).values())
 
         return _wait(beating, timeout, 0.2) is not None
 
