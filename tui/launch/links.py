@@ -20,7 +20,7 @@ from typing import Optional, Protocol
 
 from shared.config import ClusterConfig, NodeConfig
 
-__all__ = ["ExecResult", "LineStream", "LocalLink", "NodeLink", "SshLink", "LinkLost", "open_link"]
+__all__ = ["ExecResult", "LineStream", "LinkLost", "LocalLink", "NodeLink", "ProcessLines", "SshLink", "open_link"]
 
 
 class LinkLost(Exception):
@@ -184,13 +184,21 @@ class SshLink:
 # ------------------------------------------------------------------------------------------- local
 
 
-class _ProcessLines:
-    def __init__(self, proc: subprocess.Popen) -> None:
+class ProcessLines:
+    """A subprocess as a :class:`LineStream`: its stdout read line by line by a thread, its stdin to send to.
+
+    ``what`` names the process in errors ("the local helper", "the job step"); ``close`` gives it
+    ``close_grace_s`` after SIGTERM before SIGKILL.
+    """
+
+    def __init__(self, proc: subprocess.Popen, *, what: str = "the local helper", close_grace_s: float = 3.0) -> None:
         self._proc = proc
+        self._what = what
+        self._close_grace_s = close_grace_s
         self._lines: list[bytes] = []
         self._eof = False
         self._cond = threading.Condition()
-        self._reader = threading.Thread(target=self._pump, daemon=True, name="ftwiz-local-stream")
+        self._reader = threading.Thread(target=self._pump, daemon=True, name="ftwiz-process-stream")
         self._reader.start()
 
     def _pump(self) -> None:
@@ -219,7 +227,7 @@ class _ProcessLines:
             self._proc.stdin.write(data)
             self._proc.stdin.flush()
         except (OSError, ValueError) as exc:
-            raise LinkLost(f"cannot send to the local helper: {exc}") from None
+            raise LinkLost(f"cannot send to {self._what}: {exc}") from None
 
     def close(self) -> None:
         if self._proc.stdin is not None:
@@ -230,7 +238,7 @@ class _ProcessLines:
         if self._proc.poll() is None:
             self._proc.terminate()
             try:
-                self._proc.wait(3)
+                self._proc.wait(self._close_grace_s)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
 
@@ -252,7 +260,7 @@ class LocalLink:
         proc = subprocess.Popen(
             ["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
         )
-        return _ProcessLines(proc)
+        return ProcessLines(proc)
 
     def close(self) -> None:
         pass
