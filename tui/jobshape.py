@@ -12,7 +12,26 @@ from typing import Any, Mapping
 from shared.config import FtwizConfig, NodeConfig
 from shared.routing import Interconnect
 
-__all__ = ["gpu_inventory", "interconnect", "node_ranks", "selected_gpus", "world_size"]
+__all__ = ["DECLARE_HINT", "gpu_inventory", "interconnect", "node_ranks", "planned", "planned_note", "selected_gpus", "world_size"]
+
+
+#: The keys that describe the model a user's own code trains (the memory-fit and routing checks read them).
+DECLARED_KEYS = ("model", "method", "seq_len", "micro_batch_size")
+DECLARE_HINT = ('declare what your code trains in [job] (model = "<HF id or local dir>", method, seq_len, micro_batch_size) '
+                "to have its memory fit and routing checked")
+
+
+def planned(job: Any) -> bool:
+    """Whether the memory-fit and routing checks apply: the built-in recipe, or your own code whose
+    ``[job] model`` was written in ftwiz.toml (the defaults are never taken for your code's model)."""
+    if job.workload == "sft":
+        return True
+    return job.workload == "command" and "model" in job.model_fields_set
+
+
+def planned_note(job: Any) -> str:
+    """What a check adds to its detail: `` (as declared for your code)`` for the command workload."""
+    return " (as declared for your code)" if job.workload == "command" else ""
 
 
 def selected_gpus(node: NodeConfig, report: Any) -> list[Any]:

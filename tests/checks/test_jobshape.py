@@ -44,3 +44,26 @@ def test_world_size_counts_every_node_as_the_launch_will():
     # a: 4 reported; b: indices 0 and 2 of its 4; c: no report, 3 configured; d: no report, "all" → 1 (unknown)
     assert jobshape.world_size(config, reports) == 4 + 2 + 3 + 1
     assert {n: len(g) for n, g in jobshape.gpu_inventory(config, reports).items()} == {"a": 4, "b": 2}
+
+
+def test_your_own_code_is_planned_only_as_declared():
+    from shared.config import JobConfig
+
+    undeclared = JobConfig(workload="command", command=["train.py"])
+    declared = JobConfig.model_validate({"workload": "command", "command": ["train.py"], "model": "meta-llama/Llama-2-7b-hf", "method": "lora"})
+    assert not jobshape.planned(undeclared) and jobshape.planned(declared)
+    assert jobshape.planned(JobConfig(workload="sft")) and not jobshape.planned(JobConfig(workload="allreduce"))
+    assert jobshape.planned_note(declared) == " (as declared for your code)" and jobshape.planned_note(JobConfig()) == ""
+
+
+def test_memory_fit_says_as_declared_or_asks_for_the_model():
+    from shared.config import JobConfig
+    from tests.checks.test_checks_unit import context, node_report
+    from tui.checks.resources import memory_fit
+
+    declared = JobConfig.model_validate({"workload": "command", "command": ["train.py"], "model": "meta-llama/Llama-2-7b-hf",
+                                         "method": "qlora"})
+    rows = memory_fit(context({"n0": node_report("n0")}, job=declared))
+    assert rows and all("as declared for your code" in r.detail for r in rows if r.status != "skip"), rows
+    rows = memory_fit(context({"n0": node_report("n0")}, job=JobConfig(workload="command", command=["train.py"])))
+    assert [r.status for r in rows] == ["skip"] and "not declared" in rows[0].detail and "model =" in (rows[0].hint or "")

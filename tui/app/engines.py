@@ -83,7 +83,11 @@ def plan_job(config: FtwizConfig, cluster: "ClusterState") -> JobPlan:
     contributes from the same selection (``gpus = "all" | N | [indices]``).
     """
     job = config.job
-    if job.workload != "sft":
+    from tui.jobshape import DECLARE_HINT, planned, planned_note
+
+    if not planned(job):
+        if job.workload == "command":
+            return JobPlan(note=f"Your code's model is not declared: {DECLARE_HINT}.", advice_note="Nothing declared to route.")
         return JobPlan(note=f"workload {job.workload}: no model to fit in memory.", advice_note="The all-reduce check needs no plan.")
     try:
         from shared import estimator
@@ -102,7 +106,7 @@ def plan_job(config: FtwizConfig, cluster: "ClusterState") -> JobPlan:
         est = estimator.estimate(source.arch, job, dp_size=dp, sharding=None if job.sharding == "auto" else job.sharding)
     except Exception as exc:  # an estimator bug must not take the form down
         return JobPlan(note=f"estimator failed: {type(exc).__name__}: {exc}")
-    plan = JobPlan(items=_items(est), note=f"{source.source} · dp {dp} · {est.sharding} · peak at {est.phase}",
+    plan = JobPlan(items=_items(est), note=f"{source.source} · dp {dp} · {est.sharding} · peak at {est.phase}{planned_note(job)}",
                    notes=list(getattr(est, "notes", []) or []))
     for node_name, gpus in inventory.items():
         plan.rows.extend(_fit_rows(estimator, est, node_name, gpus))

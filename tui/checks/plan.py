@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from tui.checks.base import CheckContext, CheckResult, check, result
-from tui.jobshape import gpu_inventory, interconnect, world_size
+from tui.jobshape import DECLARE_HINT, gpu_inventory, interconnect, planned, planned_note, world_size
 
 GIB = 1024**3
 
@@ -25,7 +25,7 @@ def _advice(ctx: CheckContext) -> Optional[list[Any]]:
 
     inventory = _gpu_inventory(ctx)
     advice = None
-    if any(inventory.values()) and ctx.config.job.workload == "sft":
+    if any(inventory.values()) and planned(ctx.config.job):
         arch = resolve_arch(ctx.config).arch
         if arch is not None:
             advice = routing.advise(inventory, interconnect(ctx.config, ctx.reports), arch, ctx.config.job)
@@ -33,10 +33,10 @@ def _advice(ctx: CheckContext) -> Optional[list[Any]]:
     return advice
 
 
-def _row(check_id: str, title: str, item: Any) -> CheckResult:
+def _row(check_id: str, title: str, item: Any, note: str = "") -> CheckResult:
     if item.severity == "warn":
-        return result(check_id, title, "warn", None, f"{item.title}: {item.reason}", item.recommendation)
-    return result(check_id, title, "pass", None, f"{item.title}: {item.recommendation} ({item.reason})")
+        return result(check_id, title, "warn", None, f"{item.title}: {item.reason}{note}", item.recommendation)
+    return result(check_id, title, "pass", None, f"{item.title}: {item.recommendation} ({item.reason}){note}")
 
 
 @check("plan.batch", "global batch divisible by the data-parallel size")
@@ -44,16 +44,17 @@ def batch(ctx: CheckContext) -> list[CheckResult]:
     """Global batch = micro batch × accumulation × data-parallel ranks (routing's guardrail)."""
     title = "global batch divisible by the data-parallel size"
     job = ctx.config.job
-    if job.workload != "sft":
-        return [result("plan.batch", title, "skip", None, f"workload {job.workload} has no batch")]
+    if not planned(job):
+        hint = DECLARE_HINT if job.workload == "command" else ""
+        return [result("plan.batch", title, "skip", None, f"workload {job.workload}: no batch declared", hint)]
     advice = _advice(ctx)
     item = next((a for a in advice or [] if a.id == "global_batch"), None)
     if item is not None:
-        return [_row("plan.batch", title, item)]
+        return [_row("plan.batch", title, item, planned_note(job))]
     ranks = world_size(ctx.config, ctx.reports)
     return [result("plan.batch", title, "pass", None,
                    f"global batch {job.micro_batch_size * job.grad_accum_steps * ranks} = micro {job.micro_batch_size} × "
-                   f"accum {job.grad_accum_steps} × {ranks} rank(s): divisible by construction")]
+                   f"accum {job.grad_accum_steps} × {ranks} rank(s): divisible by construction{planned_note(job)}")]
 
 
 @check("plan.hetero", "GPUs alike across ranks")
@@ -85,13 +86,15 @@ def hetero(ctx: CheckContext) -> list[CheckResult]:
 def other_advice(ctx: CheckContext) -> list[CheckResult]:
     """Method, sharding, topology and network advice that goes against the current job (warn with reason)."""
     title = "routing advice for this job"
-    if ctx.config.job.workload != "sft":
-        return [result("plan.advice", title, "skip", None, f"workload {ctx.config.job.workload}: nothing to route")]
+    job = ctx.config.job
+    if not planned(job):
+        hint = DECLARE_HINT if job.workload == "command" else ""
+        return [result("plan.advice", title, "skip", None, f"workload {job.workload}: nothing declared to route", hint)]
     advice = _advice(ctx)
     if advice is None:
         return [result("plan.advice", title, "skip", None, "needs GPUs and a known model architecture")]
     shown = [a for a in advice if a.id not in ("global_batch", "heterogeneous")]
     warns = [a for a in shown if a.severity == "warn"]
     if warns:
-        return [_row("plan.advice", title, a) for a in warns]
-    return [result("plan.advice", title, "pass", None, "; ".join(f"{a.title}" for a in shown))]
+        return [_row("plan.advice", title, a, planned_note(job)) for a in warns]
+    return [result("plan.advice", title, "pass", None, "; ".join(f"{a.title}" for a in shown) + planned_note(job))]

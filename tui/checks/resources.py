@@ -17,7 +17,7 @@ from shared.config import FtwizConfig, NodeConfig
 from shared.models import DiskInfo, NodeReport
 from tui.checks.base import CheckContext, CheckResult, Status, check, result
 from tui.checks.gpus import selected_gpus
-from tui.jobshape import world_size
+from tui.jobshape import DECLARE_HINT, planned, planned_note, world_size
 
 GIB = 1024**3
 MIN_FREE_BYTES = 5 * GIB
@@ -72,7 +72,7 @@ def _match_disk(report: NodeReport, wanted: str) -> Optional[DiskInfo]:
 
 def checkpoint_bytes(config: FtwizConfig, arch: Any) -> Optional[int]:
     """Rough size of one checkpoint: full = bf16 weights + fp32 master + optimizer states; LoRA = the adapter."""
-    if config.job.workload != "sft" or arch is None:
+    if not planned(config.job) or arch is None:
         return None
     from shared import catalog
 
@@ -88,7 +88,7 @@ def disk_free(ctx: CheckContext) -> list[CheckResult]:
     """Per node: free space where checkpoints go, for three checkpoints plus a floor."""
     title = "disk free at workdir and output_dir"
     job = ctx.config.job
-    arch = resolve_arch(ctx.config).arch if job.workload == "sft" else None
+    arch = resolve_arch(ctx.config).arch if planned(job) else None
     try:
         per_ckpt = checkpoint_bytes(ctx.config, arch)
     except Exception:  # a catalog quirk must not hide the disk figures
@@ -141,7 +141,9 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
 
     title = "memory fit per GPU"
     job = ctx.config.job
-    if job.workload != "sft":
+    if not planned(job):
+        if job.workload == "command":
+            return [result("mem.fit", title, "skip", None, "your code's model is not declared: nothing to fit", DECLARE_HINT)]
         return [result("mem.fit", title, "skip", None, f"workload {job.workload}: no model to fit")]
     source = resolve_arch(ctx.config)
     if source.arch is None:
@@ -152,7 +154,7 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
     est = estimator.estimate(source.arch, job, dp_size=dp, sharding=sharding)
     other = estimator.estimate(source.arch, job, dp_size=dp, sharding="fsdp" if sharding == "ddp" else "ddp") if dp > 1 else None
     both = f"{est.sharding} {est.total_bytes / GIB:.1f} GiB" + (f", {other.sharding} {other.total_bytes / GIB:.1f} GiB" if other else "")
-    context = f"per GPU: {both}; {why}"
+    context = f"per GPU: {both}; {why}{planned_note(job)}"
     free = free_per_gpu(ctx.config, ctx.reports)
     if est.sharding == "fsdp" and free and min(free) < 0.9 * max(free):
         context += f"; FSDP shards evenly, so the smallest GPU ({min(free) / GIB:.1f} GiB free) bounds every rank's shard"
@@ -179,7 +181,7 @@ def launch_sharding(config: FtwizConfig, reports: Mapping[str, Any]) -> tuple[st
     from shared import estimator
 
     job = config.job
-    if job.workload != "sft" or job.sharding != "auto":
+    if not planned(job) or job.sharding != "auto":
         return job.sharding, f"sharding = \"{job.sharding}\" in [job]"
     source = resolve_arch(config)
     if source.arch is None:
