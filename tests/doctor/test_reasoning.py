@@ -192,3 +192,20 @@ def test_a_rendezvous_error_after_workers_ran_is_an_echo(tmp_path):
     ])
     found = diagnose_files([node0, node1])
     assert [(d.cause, d.echo) for d in found] == [("oom.gpu", False), ("rendezvous", True)]
+
+
+def test_a_checklist_warning_the_run_went_past_is_cited():
+    from tui.doctor.checklist import cite_checklist
+    from tui.doctor.model import Diagnosis
+
+    diag = Diagnosis(cause="port.in_use", node="node0", rank=None, evidence=[], explanation="The port is taken.", fix="free it")
+    echo = Diagnosis(cause="net.peer_lost", node="node1", rank=1, evidence=[], explanation="A peer went away.", fix="-", echo=True)
+    record = {"checklist": [
+        {"id": "rendezvous.port_free", "status": "fail", "node": "node0", "detail": "port 29500 held by pid 77 (python3)"},
+        {"id": "net.mtu", "status": "warn", "node": "node1", "detail": "eth0 MTU 1400 on node1"},
+        {"id": "gpu.present", "status": "pass", "node": "node0", "detail": "fine"},
+    ]}
+    cited = cite_checklist([diag, echo], record)
+    assert "rendezvous.port_free FAIL on node0: port 29500 held by pid 77" in cited[0].explanation
+    assert "--force" in cited[0].explanation and "net.mtu" not in cited[0].explanation
+    assert cited[1].explanation == "A peer went away."  # echoes cite nothing

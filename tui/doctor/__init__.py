@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .checklist import cite_checklist
 from .diagnose import KernelLookup, rank_findings
 from .findings import find
 from .logs import protocol, read_log
@@ -62,7 +63,7 @@ def diagnose_lines(lines: Sequence[LogLine], *, record: Mapping[str, Any] | None
     versions = (record or {}).get("versions")
     if found and isinstance(versions, Mapping):
         found = place_skew(found, skew_diagnosis(versions))
-    return found
+    return cite_checklist(found, record)
 
 
 def _pid_ranks(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> dict[tuple[str | None, int], int]:
