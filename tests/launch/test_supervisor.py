@@ -116,6 +116,13 @@ def stall_after_first_step(sup: Supervisor) -> float:
     return 51.0
 
 
+def stall_with_a_stopped_rank(sup: Supervisor) -> float:
+    stall_after_first_step(sup)
+    for t in range(30, 52):
+        sample(sup, float(t), rank0=("S", 100, 0), rank1=("T", 100, 0), rank2=("S", 100, 0))
+    return 51.0
+
+
 def moving(sup: Supervisor) -> float:
     for rank in (0, 1, 2):
         sup.rank_moved(rank, 40.0)
@@ -220,6 +227,8 @@ CASES: list[tuple[str, Script, Callable[[Any], bool]]] = [
     ("every node silent past reattach_for_s: detach, failed", silent_too_long, lambda d: isinstance(d, Detach) and d.exit_code == EXIT_FAILED),
     ("a rank stops moving after the first step", stall_after_first_step,
      lambda d: isinstance(d, StallFound) and d.stalled == (1,) and not d.before_first_step),
+    ("a stall names the rank stopped in state T as the odd one out", stall_with_a_stopped_rank,
+     lambda d: isinstance(d, StallFound) and d.suspects == (1,) and "rank(s) 1 stopped (process state T)" in d.reason),
     ("every rank moves", moving, lambda d: d == Keep()),
     ("a rank stopped (T) before step 1 is caught after stall_timeout_s", rank1_stopped_before_step1,
      lambda d: isinstance(d, StallFound) and d.suspects == (1,) and d.before_first_step and "stopped" in d.reason),

@@ -20,8 +20,9 @@ from tui.launch.trainer_output import parse_trainer_line
 
 __all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "split_rank", "format_progress"]
 
-#: Shortest span of TRL ``num_tokens`` records that gives a tokens/s figure.
-_TOKEN_WINDOW_MIN_S = 2.0
+#: Shortest span of TRL ``num_tokens`` records that gives a tokens/s figure (the training bar's elapsed
+#: time has whole-second resolution: one second is the least it can say).
+_TOKEN_WINDOW_MIN_S = 1.0
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
 
 

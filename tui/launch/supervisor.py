@@ -328,4 +328,5 @@ class Supervisor:
         stalled = tuple(sorted(r for r, at in moved.items() if now - at > t.stall_timeout_s / 2))
         stopped = tuple(sorted(r for r, a in self.activity.ranks.items() if a.stopped_since is not None))
         who = ", ".join(map(str, stalled))
-        return StallFound(stalled, stopped or stalled[:1], f"stall: rank(s) {who} made no progress for {t.stall_timeout_s:.0f} s (job.stall_timeout_s)", False)
+        odd = f"; rank(s) {', '.join(map(str, stopped))} stopped (process state T)" if stopped else ""
+        return StallFound(stalled, stopped or stalled[:1], f"stall: rank(s) {who} made no progress for {t.stall_timeout_s:.0f} s (job.stall_timeout_s){odd}", False)
