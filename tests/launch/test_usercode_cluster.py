@@ -168,7 +168,9 @@ def test_trainer_scripts_show_step_loss_and_eta_from_their_own_output(cluster3, 
     raw_bars = [line for n in ("node0", "node1") for line in Path(nodes[n]["node_log"]).read_text(errors="replace").splitlines() if "%|" in line]
     logged_bars = [line for n in ("node0", "node1") for line in (tmp_path / "runs" / run.run_id / f"{n}.log").read_text().splitlines() if "%|" in line]
     assert len(printed_bars) < len(raw_bars) / 2, (len(printed_bars), len(raw_bars))
-    assert len(logged_bars) < len(raw_bars) / 2, (len(logged_bars), len(raw_bars))
+    # The run log keeps each bar's last update before another line of the same rank: fewer lines, never more
+    # (a trainer that logs every step interrupts its bar every step, so that is all the collapsing there is).
+    assert len(logged_bars) < len(raw_bars), (len(logged_bars), len(raw_bars))
     if script == "trl_sft.py":
         assert any(s.tokens_per_s for s in snaps), "TRL's num_tokens gave no tokens/s"
     record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
