@@ -283,25 +283,32 @@ def _fault_once(cluster, fault: str, *, supervised: bool, cap: float, network_en
     return out
 
 
-def fault_rows(*, reps: int, cap: float, faults: tuple[str, ...] = ("sigkill", "sigstop", "sigstop0", "link")) -> list[dict]:
-    """Fault-to-gone rows, ftwiz against plain torchrun."""
+def cluster_network_env(cluster: Any) -> dict[str, dict[str, str]]:
+    """The interface plan of a namespace cluster, from its agents' reports (as a launch after the checklist gets it)."""
     import asyncio
 
     from shared.netplan import node_env
-    from tests.cluster import Cluster
     from tui.client import AgentClient
+
+    config = cluster.config()
+
+    async def poll():
+        async with AgentClient(config) as client:
+            return await client.poll()
+
+    reports = {n: s.report for n, s in asyncio.run(poll()).items() if s.report is not None}
+    return node_env(config, reports)
+
+
+def fault_rows(*, reps: int, cap: float, faults: tuple[str, ...] = ("sigkill", "sigstop", "sigstop0", "link")) -> list[dict]:
+    """Fault-to-gone rows, ftwiz against plain torchrun."""
+
+    from tests.cluster import Cluster
 
     runs_dir = Path(f"/tmp/ftwiz-bench-runs-{os.getpid()}")
     rows: list[dict] = []
     with Cluster.create(3) as cluster:
-        config = cluster.config()
-
-        async def poll():
-            async with AgentClient(config) as client:
-                return await client.poll()
-
-        reports = {n: s.report for n, s in asyncio.run(poll()).items() if s.report is not None}
-        network_env = node_env(config, reports)
+        network_env = cluster_network_env(cluster)
         for fault in faults:
             results = {True: [], False: []}
             for supervised in (True, False):

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.launch_bench import _kill_all, _pids, _rank_pid, _wait  # noqa: E402
+from bench.launch_bench import _kill_all, _pids, _rank_pid, _wait, cluster_network_env  # noqa: E402
 
 STALL_TIMEOUT_S = 10.0
 SCRIPTS = ROOT / "tests" / "launch" / "userscripts"
@@ -104,23 +104,12 @@ def _once(cluster, workload: str, fault: str, *, network_env, runs_dir: Path) ->
 
 def fault_rows(*, reps: int) -> list[dict]:
     """Rows: the user script's fault-to-gone beside the built-in workload's."""
-    import asyncio
-
-    from shared.netplan import node_env
     from tests.cluster import Cluster
-    from tui.client import AgentClient
 
     runs_dir = Path(f"/tmp/ftwiz-bench-usercode-{os.getpid()}")
     rows: list[dict] = []
     with Cluster.create(3) as cluster:
-        config = cluster.config()
-
-        async def poll():
-            async with AgentClient(config) as client:
-                return await client.poll()
-
-        reports = {n: s.report for n, s in asyncio.run(poll()).items() if s.report is not None}
-        network_env = node_env(config, reports)
+        network_env = cluster_network_env(cluster)
         for fault in ("sigkill", "sigstop", "raise"):
             times: dict[str, list[Optional[float]]] = {"user": [], "builtin": []}
             for _ in range(reps):

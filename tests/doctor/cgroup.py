@@ -65,3 +65,17 @@ class MemoryCgroup:
                     except OSError:
                         pass
                 time.sleep(0.2)
+
+
+def require_cgroups() -> None:
+    """Skip a test that needs a memory cgroup when there is none here; under CI=true fail with the reason."""
+    import pytest
+
+    from tests.cluster.fixtures import in_ci
+
+    problem = cgroup_problem()
+    if problem is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI=true but the OOM-kill test cannot run: {problem}", pytrace=False)
+    pytest.skip(problem)

@@ -14,23 +14,13 @@ import signal
 
 import pytest
 
-from tests.cluster.fixtures import in_ci
-from tests.doctor.cgroup import MemoryCgroup, cgroup_problem
+from tests.doctor.cgroup import MemoryCgroup, require_cgroups
 from tests.doctor.induce import SCRIPT
 from tests.launch.conftest import RunThread, long_allreduce, make_run, rank_pid
 from tui.doctor import diagnose_run, format_first
 from tui.doctor.kernel import agent_kernel_lookup
 
 pytestmark = pytest.mark.slow
-
-
-def _require_cgroups() -> None:
-    problem = cgroup_problem()
-    if problem is None:
-        return
-    if in_ci():
-        pytest.fail(f"CI=true but the OOM-kill test cannot run: {problem}", pytrace=False)
-    pytest.skip(problem)
 
 
 def _run_and_kill(cluster, tmp_path, kill) -> tuple:
@@ -49,7 +39,7 @@ def _run_and_kill(cluster, tmp_path, kill) -> tuple:
 
 
 def test_oom_killer_is_confirmed_and_an_outside_sigkill_is_not(cluster3, tmp_path):
-    _require_cgroups()
+    require_cgroups()
     with MemoryCgroup(32 << 20) as cgroup:
         config, run_dir, node, victim = _run_and_kill(cluster3, tmp_path / "oom", cgroup.add)
     found = diagnose_run(run_dir, kernel=agent_kernel_lookup(config))

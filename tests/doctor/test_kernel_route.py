@@ -8,12 +8,9 @@ import signal
 import subprocess
 import sys
 
-import pytest
-
 from agent.routers.kernel import find_oom_kill
 from tests.agent.conftest import AgentProcess, agent, agent_dir  # noqa: F401  (fixtures)
-from tests.cluster.fixtures import in_ci
-from tests.doctor.cgroup import MemoryCgroup, cgroup_problem
+from tests.doctor.cgroup import MemoryCgroup, require_cgroups
 
 # Lines as this machine's kernel (6.18) logged a cgroup OOM kill, recorded here with /dev/kmsg.
 _RECORDED = [
@@ -23,15 +20,6 @@ _RECORDED = [
 ]
 
 _HOG = "import os, sys; sys.stdin.readline(); x = bytearray(512 << 20); print('survived', flush=True)"
-
-
-def _require_cgroups() -> None:
-    problem = cgroup_problem()
-    if problem is None:
-        return
-    if in_ci():
-        pytest.fail(f"CI=true but the OOM-kill test cannot run: {problem}", pytrace=False)
-    pytest.skip(problem)
 
 
 def test_find_oom_kill_on_recorded_lines():
@@ -48,7 +36,7 @@ def test_route_needs_the_token(agent):  # noqa: F811
 
 
 def test_a_cgroup_oom_kill_is_found_and_an_outside_sigkill_is_not(agent):  # noqa: F811
-    _require_cgroups()
+    require_cgroups()
     with MemoryCgroup(64 << 20) as cgroup:
         hog = subprocess.Popen([sys.executable, "-c", _HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         cgroup.add(hog.pid)
