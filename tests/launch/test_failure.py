@@ -72,3 +72,12 @@ def test_torchruns_worker_failed_line_is_caught_and_named():
     assert failure is not None and (failure["rank"], failure["exitcode"]) == (2, -9)
     assert describe_worker_exit(-9) == "was killed by SIGKILL" and describe_worker_exit(1) == "exited with code 1"
     assert tracker.attribute("node0", None, rank_nodes={2: "node1"}) == ("node1", 2)
+
+
+def test_a_peers_abort_reported_first_does_not_hide_the_killed_rank():
+    """gloo aborts (SIGABRT) a rank whose peer died; its node's torchrun may report before the killed rank's."""
+    tracker = FailureTracker(["node0", "node1"])
+    for node, exitcode, local, pid in (("node0", -6, 1, 101), ("node1", -9, 0, 202)):
+        line = f"E1124 01:10:00.000000 1 api.py:1002] failed (exitcode: {exitcode}) local_rank: {local} (pid: {pid}) of binary: /venv/bin/python"
+        tracker.observe(node, None, line, f"{node}/- | {line}", chatter=False, pid_ranks={101: 1, 202: 2})
+    assert tracker.attribute("node0", None, rank_nodes={1: "node0", 2: "node1"}) == ("node1", 2)

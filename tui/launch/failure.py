@@ -128,7 +128,12 @@ class FailureTracker:
         def killed(cause: dict[str, Any]) -> bool:
             return cause.get("exitcode", 0) < 0 and cause.get("exitcode") not in (-15, -2)
 
-        causes = sorted((c for c in self.root_causes if c.get("rank") is not None), key=lambda c: (not killed(c), c["order"]))
+        def echo_rank(cause: dict[str, Any]) -> int:
+            # A peer that lost its rank aborts (gloo/NCCL: SIGABRT) and its torchrun may report first:
+            # a signal from outside (SIGKILL, SIGSEGV, ...) is the cause, an abort only when nothing else is.
+            return 1 if cause.get("exitcode") == -6 else 0
+
+        causes = sorted((c for c in self.root_causes if c.get("rank") is not None), key=lambda c: (not killed(c), echo_rank(c), c["order"]))
         if causes:
             best = causes[0]
             if killed(best) or trigger_node is None or best["node"] == trigger_node:
