@@ -263,6 +263,18 @@ def cmd_launch(node, tick):
             os.unlink(os.path.join(rundir, node + suffix))
         except OSError:
             pass
+    keeper = os.environ.get("FTWIZ_KEEPER")
+    if keeper:
+        # On Slurm the node's keeper (a job step of the allocation) starts the run, so it outlives this
+        # step; ask it, then follow as on a re-attach (node.sh writes the pgid file).
+        here = os.path.join(keeper, os.environ.get("SLURMD_NODENAME") or node)
+        if not os.path.isdir(here):
+            os.makedirs(here, exist_ok=True)
+        request = os.path.join(here, os.path.basename(rundir) + ".start")
+        with open(request + ".tmp", "w") as handle:
+            handle.write("%s\n%s\n" % (rundir, node))
+        os.rename(request + ".tmp", request)
+        return cmd_follow(rundir, node, 0, tick)
     with open(os.devnull, "r+b") as null:
         # start_new_session: setsid, so the run is its own session and process group, detached from SSH.
         child = subprocess.Popen(["sh", node + ".sh"], cwd=rundir, stdin=null, stdout=null, stderr=null, start_new_session=True)

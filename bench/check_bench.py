@@ -118,7 +118,6 @@ def _config(ports: list[int], token: Path, **node_extra: Any):
 async def _time_polls(config, repeats: int) -> tuple[float, list[float], int, float, float]:
     """(cold first poll, warm poll wall times, nodes up, controller CPU s per warm poll, machine CPU s per warm poll)."""
     from bench.cpu import machine_busy_s, self_cpu_s
-
     from tui.client import AgentClient
 
     async with AgentClient(config) as client:

@@ -31,6 +31,10 @@ CAUSES: dict[str, str] = {
     "ddp.usage": "DDP/FSDP usage errors: unused parameters, parameters differing between ranks, wrapping/sharding errors",
     "data.invalid": "the dataset is missing, unreadable or malformed on some node",
     "code.error": "an exception in the training code itself (name file:line and the exception)",
+    "slurm.time_limit": "Slurm ended the job at its time limit (or --deadline): every process of it was killed",
+    "slurm.node_fail": "Slurm ended the job because a node failed, was set DOWN or did not boot",
+    "slurm.preempted": "Slurm preempted the job for a higher-priority one",
+    "slurm.cancelled": "the Slurm job was cancelled from outside (scancel by the user or an administrator)",
     "unknown": "none of the above: show the evidence found and say so",
 }
 
@@ -56,6 +60,12 @@ FIXES: dict[str, str] = {
     "ddp.usage": "make every parameter take part in the loss, or pass find_unused_parameters=True; build the model the same way on every rank",
     "data.invalid": "make the dataset exist and parse on every node (same path, same file); fix the record the error names",
     "code.error": "fix the exception in the training code at the file and line named",
+    "slurm.time_limit": "raise [slurm] time (within the partition's MaxTime), or checkpoint more often and continue with "
+    "`ftwiz --launch --resume`",
+    "slurm.node_fail": "`sinfo -R` says why the node is out; launch again with --resume, with sbatch_args = [\"--exclude=NODE\"] "
+    "until the node is fixed",
+    "slurm.preempted": "launch again with --resume; a partition or QOS that is not preemptible keeps the run (ask the admins)",
+    "slurm.cancelled": "`sacct -j JOB -o JobID,State,Reason` says who cancelled it; `ftwiz --launch --resume` continues",
     "unknown": "read the evidence lines; rerun with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL for more",
 }
 
@@ -87,6 +97,18 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- host memory (the kernel's own words, when a log carries dmesg lines)
     _sig("oom.host", r"Out of memory: Killed process|oom-kill:|Memory cgroup out of memory", 9,
          "https://www.kernel.org/doc/html/latest/admin-guide/cgroup-v2.html (memory.max: the OOM killer is invoked)"),
+    _sig("oom.host", r"Detected \d+ oom[-_]kill events?|task \d+: Out Of Memory|JobState=OUT_OF_MEMORY\b", 9,
+         "https://github.com/hafs-community/HAFS/issues/101"),
+    # --- Slurm ended the job (slurmstepd's words, and ftwiz's runs/<id>/_slurm.log: JobState=...)
+    _sig("slurm.time_limit", r"DUE TO TIME LIMIT|JobState=(?:TIMEOUT|DEADLINE)\b", 10,
+         "https://github.com/ZettaAI/zetta_utils/issues/671"),
+    _sig("slurm.node_fail", r"DUE TO NODE FAILURE|JobState=(?:NODE_FAIL|BOOT_FAIL)\b", 10,
+         "https://github.com/aiidateam/aiida-core/pull/5866"),
+    _sig("slurm.node_fail", r"error: Node failure on \S+", 9, "https://github.com/nebius/soperator/issues/854"),
+    _sig("slurm.preempted", r"DUE TO PREEMPTION|JobState=PREEMPTED\b", 10,
+         "https://github.com/SystemsGenetics/GEMmaker/pull/242"),
+    _sig("slurm.cancelled", r"JobState=CANCELLED\b|\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ \*\*\*", 6,
+         "https://github.com/Snakemake-Profiles/slurm/pull/22"),
     # --- watchdog timeouts (a symptom: some other rank stopped first)
     _sig("nccl.timeout", r"Watchdog caught collective operation timeout", 6,
          "https://github.com/hiyouga/LlamaFactory/issues/7396", echo=True),

@@ -302,13 +302,17 @@ def _delegate(args: argparse.Namespace, loaded: Any) -> int:
 
 
 def _slurm(args: argparse.Namespace, loaded: Any) -> int:
-    """``--launch`` on a Slurm allocation; the rest is not built for Slurm yet (it says what works)."""
-    if args.launch:
-        from tui.slurm.commands import launch_on_allocation
+    """``--launch``, ``--attach`` and ``--stop`` on a Slurm allocation; the wizard is not built for Slurm yet."""
+    from tui.slurm import commands as slurm
 
-        return launch_on_allocation(loaded, yes=args.yes, detach=args.detach, resume=args.resume, force=args.force)
-    _err('backend = "slurm": --attach, --stop and the wizard are not built for Slurm yet; --check, --launch and '
-         "--export-sbatch FILE work (`scancel JOB` stops a run's job)")
+    if args.launch:
+        return slurm.launch_on_allocation(loaded, yes=args.yes, detach=args.detach, resume=args.resume, force=args.force)
+    if args.attach is not None:
+        return slurm.attach_on_allocation(loaded, args.attach or None)
+    if args.stop:
+        return slurm.stop_on_allocation(loaded, args.stop)
+    _err('backend = "slurm": the wizard is not built for Slurm yet; --check, --launch, --attach, --stop and '
+         "--export-sbatch FILE work")
     return EXIT_USAGE
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from .conftest import AgentProcess, free_port
 
+
 # One request per route that would succeed with the right token; the matrix below checks the
 # live OpenAPI document lists exactly these, so a new route cannot skip the auth test.
 def route_requests(agent: AgentProcess) -> dict[tuple[str, str], dict]:

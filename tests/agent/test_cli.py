@@ -44,7 +44,7 @@ def test_token_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
 def test_token_respects_no_umask_surprises(tmp_path: Path) -> None:
     path = tmp_path / "agent.token"
     result = subprocess.run(
-        ["bash", "-c", f'umask 000 && exec "$0" -m agent token "$1"', sys.executable, str(path)],
+        ["bash", "-c", 'umask 000 && exec "$0" -m agent token "$1"', sys.executable, str(path)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -58,7 +57,7 @@ class _Fake(http.server.BaseHTTPRequestHandler):
 
     body = b"{}"
 
-    def do_GET(self):  # noqa: N802 - http.server naming
+    def do_GET(self):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()

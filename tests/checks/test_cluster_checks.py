@@ -6,8 +6,6 @@ from __future__ import annotations
 import subprocess
 import time
 
-import pytest
-
 from tests.checks.conftest import (
     agent_with_args,
     describe,

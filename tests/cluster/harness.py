@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence, Union
 from tests.cluster import netns as net
 from tests.cluster import reaper, sshd
 from tests.cluster.netns import ClusterError
-from tests.cluster.node import AGENT_PORT, NFT_TABLE, REPO_ROOT, SSH_PORT, Node, signal_group, log_tail
+from tests.cluster.node import AGENT_PORT, NFT_TABLE, REPO_ROOT, SSH_PORT, Node, log_tail, signal_group
 
 __all__ = ["Cluster", "Node", "ClusterError", "cluster_support_problem", "REPO_ROOT", "AGENT_PORT", "SSH_PORT"]
 
@@ -95,7 +95,7 @@ class Cluster:
     @classmethod
     def create(cls, n: int = 3, *, agent: bool = True, sshd: bool = True, agent_python: Optional[str] = None,
                training_python: Optional[str] = None, per_node_workdir: bool = True,
-               agent_interval: Optional[float] = None, gpu_fixture: Union[None, str, Sequence[Optional[str]]] = None,
+               agent_interval: Optional[float] = None, gpu_fixture: Union[str, Sequence[Optional[str]], None] = None,
                agent_args: Sequence[str] = (), confine_probes: bool = True, timeout: float = 90.0) -> "Cluster":
         """Build ``n`` nodes and start their sshd and agents concurrently; wait until all answer.
 

@@ -294,7 +294,7 @@ class SlurmCluster:
                 self.cancel_all()
         return self.cluster.close()
 
-    def __enter__(self) -> SlurmCluster:  # noqa: PYI034
+    def __enter__(self) -> SlurmCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import stat
-import shutil
 import subprocess
 import sys
 import tempfile

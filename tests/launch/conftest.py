@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from tui.launch.events import Event, LogLine, ProgressChanged, RunFinished, RunNote
+from tui.launch.events import Event, LogLine, ProgressChanged, RunNote
 from tui.launch.run import Run, RunOptions
 
 REPO = Path(__file__).resolve().parents[2]

@@ -101,13 +101,13 @@ class PeakHeap(TorchDispatchMode):
         super().__init__()
         self.peak = live_heap()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self.peak = max(self.peak, live_heap())
         return out
 
 
-def _storage_bytes(tensors) -> int:  # noqa: ANN001
+def _storage_bytes(tensors) -> int:
     seen: dict[int, int] = {}
     for t in tensors:
         st = t.untyped_storage()
@@ -120,7 +120,7 @@ def _storage_bytes(tensors) -> int:  # noqa: ANN001
 _SAVED_DIRS: dict[tuple[str, int], str] = {}
 
 
-def _hf_config(model: str, layers: int):  # noqa: ANN202
+def _hf_config(model: str, layers: int):
     from transformers import AutoConfig
 
     cfg = dict(MODELS[model])
@@ -128,7 +128,7 @@ def _hf_config(model: str, layers: int):  # noqa: ANN202
     return AutoConfig.for_model(model_type, num_hidden_layers=layers, **cfg)
 
 
-def _build(case: dict[str, Any]):  # noqa: ANN202
+def _build(case: dict[str, Any]):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 

@@ -85,7 +85,7 @@ def test_beats_seed_001_rules_on_published_measurements() -> None:
 CPU = json.loads((DATA / "cpu_measured.json").read_text())  # committed data: its absence is a failure, not a skip
 
 
-def _cpu_estimate(row: dict[str, Any]):  # noqa: ANN202
+def _cpu_estimate(row: dict[str, Any]):
     config = dict(CPU["models"][row["model"]], num_hidden_layers=row["layers"])
     arch = arch_from_hf_config(config)
     targets = row["target_modules"] or ["q_proj", "v_proj"]
@@ -98,7 +98,7 @@ def _cpu_estimate(row: dict[str, Any]):  # noqa: ANN202
 STATIC = ("master_weights", "lora_adapters", "optimizer_states")
 
 
-def _dynamic(items, method: str) -> int:  # noqa: ANN001
+def _dynamic(items, method: str) -> int:
     names = STATIC + (("weights",) if method != "full" else ())
     return sum(i.bytes for i in items if i.name not in names)
 

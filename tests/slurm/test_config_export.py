@@ -81,7 +81,7 @@ def test_exported_script_runs_the_ssh_backends_torchrun_line(tmp_path) -> None:
 
     # The same plan the SSH backend builds for a non-master node of a 4-node allocation, per-node values aside.
     concrete = allocation_config(config, ["a", "b", "c", "d"], ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"])
-    ssh_plan = build_plan(concrete, "r1", rundirs={n: "/shared/ftwiz/runs/r1" for n in "abcd"})[-1]
+    ssh_plan = build_plan(concrete, "r1", rundirs=dict.fromkeys("abcd", "/shared/ftwiz/runs/r1"))[-1]
     torchrun = next(line for line in node_sh.splitlines() if "torch.distributed.run" in line)
     rendered = torchrun.split(" < /dev/null", 1)[0]
     expected = [{"--rdzv-endpoint=10.0.0.1:29600": '--rdzv-endpoint="$MASTER_ADDR"' + shlex.quote(":29600"),

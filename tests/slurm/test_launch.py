@@ -10,9 +10,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,47 +18,11 @@ import pytest
 from tests.cluster.node import REPO_ROOT
 from tests.cluster.slurm import SlurmCluster
 from tests.launch.conftest import rank_pid, run_pids, tiny_assets, wait_until
-from tests.slurm.helpers import write_config
+from tests.slurm.helpers import Ftwiz, write_config
 
 __all__ = ["tiny_assets"]  # the fixture, imported so this module can use it
 
 pytestmark = pytest.mark.slow
-
-
-class Ftwiz:
-    """``ftwiz --launch --yes`` as a subprocess, its output collected by threads."""
-
-    def __init__(self, slurm: SlurmCluster, config: Path, runs: Path) -> None:
-        env = slurm.env()
-        env["FTWIZ_RUNS_DIR"] = str(runs)
-        self.proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "--config", str(config), "--launch", "--yes"],
-                                     cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.out: list[str] = []
-        self.err: list[str] = []
-        for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
-            threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()
-
-    @staticmethod
-    def _pump(stream, sink: list[str]) -> None:  # type: ignore[no-untyped-def]
-        sink.extend(stream)  # line by line, as they come
-
-    def text(self) -> str:
-        return "".join(self.err) + "".join(self.out)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-
-    def run_id(self) -> str:
-        found = re.search(r"about to launch run (\S+):", "".join(self.err))
-        return found.group(1) if found else ""
-
-    def job_id(self) -> str:
-        found = re.search(r"submitted job (\d+)", "".join(self.err))
-        return found.group(1) if found else ""
 
 
 def test_allreduce_through_srun_then_the_job_is_cancelled(slurm3: SlurmCluster, tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from tests.tui.screen_text import flat_text, screen_text
 from tests.tui.waiting import wait_for
 from tui.app.screens.job_screen import JobScreen
-from tui.app.widgets.job.fit_chart import FitChart
 from tui.app.widgets.job.job_form import JobForm
 
 

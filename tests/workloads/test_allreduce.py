@@ -12,7 +12,17 @@ import time
 import psutil
 import pytest
 
-from tests.workloads.helpers import PACKAGE, finish, free_port, kill_group, parse_records, run, start, torchrun_argv, write_spec
+from tests.workloads.helpers import (
+    PACKAGE,
+    finish,
+    free_port,
+    kill_group,
+    parse_records,
+    run,
+    start,
+    torchrun_argv,
+    write_spec,
+)
 
 pytestmark = pytest.mark.slow
 SIZES_MB = [0.25, 1]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 
 import pytest
-
-import sys
 
 from agent.workloads.tiny import TINY_JOB
 from tests.workloads.helpers import PACKAGE, Result, run, torchrun_argv, write_spec

@@ -70,8 +70,8 @@ def _diagnosis(key: tuple[str, str | None, int | None], group: list[Finding], re
             if item not in evidence and len(evidence) < _MAX_EVIDENCE:
                 evidence.append(item)
     first = group[0]
-    where = f"{node or '?'}/rank {rank}" if rank is not None else (node or "the log")
-    explanation = f"{CAUSES[cause]} on {where}"
+    where = f"{node or '?'}/rank {rank}" if rank is not None else node
+    explanation = f"{CAUSES[cause]} on {where}" if where else CAUSES[cause]
     if first.detail:
         explanation += f": {first.detail}"
     if len(group) > 1:

@@ -30,8 +30,9 @@ _MAX_TEXT = 2000  # a tqdm line can be megabytes of carriage returns
 
 
 def node_of_file(path: Path) -> str | None:
-    """``node1.log`` → ``node1``; other names give no node."""
-    return path.stem if path.suffix == ".log" and path.stem else None
+    """``node1.log`` → ``node1``; other names, and ``_backend.log`` (a backend's own lines, e.g. ``_slurm.log``),
+    give no node."""
+    return path.stem if path.suffix == ".log" and path.stem and not path.stem.startswith("_") else None
 
 
 def parse_time(text: str, *, year: int) -> float | None:

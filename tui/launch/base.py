@@ -31,7 +31,16 @@ from tui.launch.events import (
     RunResult,
 )
 from tui.launch.failure import FailureTracker
-from tui.launch.messages import NodeEnded, NodeLine, NodeLost, NodePgid, RankSamples, RunnerMessage
+from tui.launch.messages import (
+    AllocationEnded,
+    BackendNote,
+    NodeEnded,
+    NodeLine,
+    NodeLost,
+    NodePgid,
+    RankSamples,
+    RunnerMessage,
+)
 from tui.launch.options import RunOptions
 from tui.launch.plan import NodePlan
 from tui.launch.progress import ProgressModel, parse_protocol, split_rank
@@ -132,6 +141,10 @@ class RunCore:
             self._abandon_reap = True  # asked twice: stop waiting for unreachable nodes
         self.supervisor.request_stop(reason)
 
+    def post(self, message: RunnerMessage) -> None:
+        """Hand the supervising thread a message from another thread (a backend's watcher)."""
+        self._outbox.put(message)
+
     def detach(self) -> None:
         """Stop supervising and leave the run going (the terminal closed, the TUI quit)."""
         self.supervisor.request_detach()
@@ -176,6 +189,10 @@ class RunCore:
             self._set_state(message.node, state, ending.describe())
         elif isinstance(message, NodeLost):
             self._set_state(message.node, NodeState.RECONNECTING, message.reason)
+        elif isinstance(message, BackendNote):
+            self._note(message.text, message.level)
+        elif isinstance(message, AllocationEnded):
+            self.supervisor.allocation_ended(message.reason)
 
     def _on_line(self, node: str, raw: str) -> None:
         rank, text = split_rank(raw)

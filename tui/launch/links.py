@@ -20,11 +20,16 @@ from typing import Optional, Protocol
 
 from shared.config import ClusterConfig, NodeConfig
 
-__all__ = ["ExecResult", "LineStream", "LinkLost", "LocalLink", "NodeLink", "ProcessLines", "SshLink", "open_link"]
+__all__ = ["ExecResult", "LineStream", "LinkLost", "LocalLink", "NodeGone", "NodeLink", "ProcessLines", "SshLink", "open_link"]
 
 
 class LinkLost(Exception):
     """The node stopped answering (channel or transport closed, or the command could not start)."""
+
+
+class NodeGone(LinkLost):
+    """The transport knows nothing of the run can be left on the node: its allocation ended (a Slurm job
+    that is over has had every process killed by Slurm). Stopping there is done, not retried."""
 
 
 @dataclass

@@ -12,6 +12,8 @@ from enum import Enum
 from typing import Optional, Union
 
 __all__ = [
+    "AllocationEnded",
+    "BackendNote",
     "EndingKind",
     "NodeEnded",
     "NodeEnding",
@@ -142,5 +144,20 @@ class RankSamples:
     samples: tuple[RankSample, ...]
 
 
-RunnerMessage = Union[NodeLine, NodePgid, NodeEnded, NodeLost, RankSamples]
-"""Anything a runner posts to the outbox."""
+@dataclass(frozen=True)
+class BackendNote:
+    """What the backend saw outside the nodes' streams (a Slurm node drained), for the operator."""
+
+    level: str
+    text: str
+
+
+@dataclass(frozen=True)
+class AllocationEnded:
+    """The backend ended the run's nodes (Slurm's time limit, a node failure): nothing of the run is left."""
+
+    reason: str
+
+
+RunnerMessage = Union[NodeLine, NodePgid, NodeEnded, NodeLost, RankSamples, BackendNote, AllocationEnded]
+"""Anything a runner (or the backend's watcher) posts to the outbox."""

@@ -34,6 +34,9 @@ class RunOptions:
     link_factory: Optional[Callable[..., Any]] = None
     """The node transport (``factory(node, cluster, timeout=...) -> NodeLink``); None: SSH, or subprocesses for
     ``local`` nodes. The Slurm backend passes job steps (:func:`tui.slurm.link.srun_link_factory`)."""
+    on_run: Optional[Callable[[Any], None]] = None
+    """Called with the :class:`tui.launch.run.Run` once it exists (launch, attach, stop): a backend records
+    its part in ``run.json`` and watches what only it can see (the Slurm job's state)."""
 
 
 class LaunchError(Exception):

@@ -110,6 +110,9 @@ class RunRecordModel(BaseModel):
     """The checklist's gradient-sync forecast (``shared.syncplan.SyncForecast``); ``progress.sync_s`` is what the run measured."""
     diagnoses: list[dict[str, Any]] = Field(default_factory=list)
     """The failure doctor's findings, most likely root cause first (``ftwiz --why``)."""
+    slurm: Optional[dict[str, Any]] = None
+    """The Slurm job the run lives in (backend = "slurm"): job_id, nodes, state_dir, keeper, keep_allocation,
+    and ``ended`` when Slurm ended it (state, reason, what it means, the fix)."""
     versions: dict[str, Any] = Field(default_factory=dict)
     """Per node, the software versions the agents last reported (the doctor's evidence for version skew)."""
 

@@ -87,6 +87,8 @@ class Run(DetachedMixin):
         #: the rendezvous port on the master until then); the nodes are prepared meanwhile.
         self.start_not_before = start_not_before
         self._reconnects: dict[str, Future] = {}
+        if options.on_run is not None:
+            options.on_run(self)
 
     def keep_checklist(self, results: Sequence[Any], sync: Optional[Any]) -> None:
         """Keep the checklist this launch follows in ``run.json`` (rows, the gradient-sync forecast) and show

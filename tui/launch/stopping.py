@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 from tui.exitcodes import EXIT_FAILED, EXIT_STOPPED
 from tui.launch.base import RunCore
 from tui.launch.events import NodeState, RunResult
+from tui.launch.links import NodeGone
 from tui.launch.runner import NodeRunner
 from tui.launch.status import RunStatus
 from tui.launch.support import agent_stop, explain
@@ -41,9 +42,11 @@ class StopMixin(RunCore):
                 del pending[name]
                 try:
                     report = future.result()
+                except NodeGone as exc:
+                    report = _gone_report(exc)
                 except Exception as exc:
                     failed.append(name)
-                    self._note(f"{name}: could not stop over SSH ({explain(exc)}); will retry", "warn")
+                    self._note(f"{name}: could not reach it to stop the run ({explain(exc)}); will retry", "warn")
                     continue
                 self._record_kill(name, report)
                 if report.get("remaining"):
@@ -160,8 +163,15 @@ class StopMixin(RunCore):
         runner = self._runners[name]
         try:
             return runner.kill(self.options.stop_grace_s, fresh=True, connect_timeout=self.options.reap_connect_timeout_s)
+        except NodeGone as exc:
+            return _gone_report(exc)
         except Exception as ssh_exc:
             report = agent_stop(self.config, name, self.run_id)
             if report is None:
                 raise ssh_exc
             return report
+
+
+def _gone_report(exc: NodeGone) -> dict[str, Any]:
+    """A kill report for a node whose allocation ended: nothing killed by ftwiz, nothing left (``gone`` says why)."""
+    return {"killed": [], "remaining": [], "gone": str(exc)}

@@ -147,6 +147,8 @@ class Supervisor:
     phase: Phase = Phase.WAITING
     started_at: Optional[float] = None
     stop_reason: Optional[str] = None
+    ended_by_backend: Optional[str] = None
+    """Why the backend ended every node (Slurm's time limit, a node failure); nothing of the run is left."""
     detach_requested: bool = False
     stopped_elsewhere: bool = False
     worker_failure: Optional[WorkerFailure] = None
@@ -221,6 +223,11 @@ class Supervisor:
         """The operator asked to stop."""
         self.stop_reason = reason
 
+    def allocation_ended(self, reason: str) -> None:
+        """The backend ended the run's nodes (the first reason counts)."""
+        if self.ended_by_backend is None:
+            self.ended_by_backend = reason
+
     def request_detach(self) -> None:
         """The operator asked to detach."""
         self.detach_requested = True
@@ -237,6 +244,8 @@ class Supervisor:
     def _decide(self, now: float) -> Decision:
         if self.stop_reason is not None:
             return StopAll(self.stop_reason, RunStatus.STOPPED)
+        if self.ended_by_backend is not None:
+            return StopAll(self.ended_by_backend, RunStatus.FAILED)
         if self.detach_requested:
             return Detach("detached: the run goes on without supervision")
         if self.stopped_elsewhere:

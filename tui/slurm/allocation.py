@@ -1,7 +1,7 @@
 """An allocation for ftwiz: the holding job (sbatch), waiting for it with squeue's reasons, cancelling it.
 
-The job's batch step only holds the nodes (``sleep``); ftwiz starts everything else as job steps from this
-machine (``srun --jobid=JOB --overlap``). Waiting polls ``squeue`` about once a second, reports each new
+The job's batch step runs a keeper on every node (:mod:`tui.slurm.keeper`), which starts runs inside the
+allocation; ftwiz starts everything else as job steps from this machine (``srun --jobid=JOB --overlap``). Waiting polls ``squeue`` about once a second, reports each new
 pending reason with its meaning and fix (:mod:`tui.slurm.reasons`), and cancels the job on any exit that is
 not a handover (Ctrl-C included), so nothing stays queued behind the user's back.
 """
@@ -19,7 +19,7 @@ from tui.slurm.reasons import explain
 
 __all__ = ["HOLD_SCRIPT", "Allocation", "AllocationError"]
 
-#: The batch step: hold the allocation until cancelled (or the time limit), doing nothing.
+#: A batch step that only holds the allocation until cancelled (or the time limit).
 HOLD_SCRIPT = "#!/bin/sh\n# ftwiz allocation: holds the nodes; ftwiz starts its job steps with srun --overlap.\nexec sleep infinity\n"
 
 
@@ -43,14 +43,18 @@ class Allocation:
     time_left: str = ""
 
     @classmethod
-    def submit(cls, config: FtwizConfig, *, job_name: str = "ftwiz", output: str = "/dev/null") -> Allocation:
+    def submit(cls, config: FtwizConfig, *, job_name: str = "ftwiz", output: str = "/dev/null",
+               script: str = HOLD_SCRIPT) -> Allocation:
         """``sbatch`` the holding job with the ``[slurm]`` options; returns at once (the job may pend).
 
-        ``output`` is the batch step's ``--output`` (it prints nothing; never a ``slurm-JOB.out`` in the cwd).
+        ``output`` is the batch step's ``--output`` (never a ``slurm-JOB.out`` in the cwd); ``script`` the batch
+        script (the session's runs keepers: :func:`tui.slurm.keeper.batch_script`).
         """
-        options = [*sbatch_options(config.slurm, job_name=job_name), f"--output={output}"]
+        # --no-requeue: after a node failure Slurm would requeue the job and start the keepers again, with
+        # nobody watching; ftwiz reports the failure instead (`--launch --resume` continues).
+        options = [*sbatch_options(config.slurm, job_name=job_name), f"--output={output}", "--no-requeue"]
         try:
-            job_id = slurmctl.submit(options, HOLD_SCRIPT)
+            job_id = slurmctl.submit(options, script)
         except slurmctl.SlurmError as exc:
             raise AllocationError(f"could not submit the allocation: {exc}") from None
         return cls(job_id, config)

@@ -6,12 +6,13 @@ command or a failure raises :class:`SlurmError` with the command, its message an
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["JobInfo", "SlurmError", "cancel", "hostnames", "job_info", "node_addresses", "submit"]
+__all__ = ["JobInfo", "SlurmError", "cancel", "hostnames", "job_detail", "job_info", "node_addresses", "node_states", "submit"]
 
 _TIMEOUT_S = 30.0
 
@@ -75,6 +76,31 @@ def job_info(job_id: str) -> JobInfo:
     except SlurmError:
         return JobInfo(job_id, "", "", "")
     return JobInfo(job_id, fields.get("JobState", ""), fields.get("Reason", ""), fields.get("NodeList", ""))
+
+
+def job_detail(job_id: str) -> dict[str, str]:
+    """``scontrol -o show job JOB`` as a dict (JobState, Reason, EndTime, TimeLimit, ...); {} once Slurm forgot it.
+
+    ``JobState`` is the job's state even while it is still completing (squeue then says COMPLETING).
+    """
+    try:
+        out = _run(["scontrol", "-o", "show", "job", job_id])
+    except SlurmError:
+        return {}
+    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+
+
+def node_states(names: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """Each node's ``State`` (``ALLOCATED+DRAIN``, ``DOWN*``, ...) and ``Reason``, from ``scontrol show node``."""
+    out = _run(["scontrol", "-o", "show", "node", ",".join(names)])
+    found: dict[str, tuple[str, str]] = {}
+    for line in out.splitlines():
+        name = re.search(r"\bNodeName=(\S+)", line)
+        state = re.search(r"\bState=(\S+)", line)
+        reason = re.search(r"\bReason=(.*?)(?: \w+=|$)", line)
+        if name and state:
+            found[name.group(1)] = (state.group(1), reason.group(1).strip() if reason else "")
+    return found
 
 
 def hostnames(nodelist: str) -> list[str]:
