@@ -309,3 +309,23 @@ def test_node_ending_parsed_once(raw: str, kind: EndingKind, ok: bool, failed: b
     ending = NodeEnding.parse(raw)
     assert (ending.kind, ending.ok, ending.failed) == (kind, ok, failed)
     assert words in ending.describe()
+
+
+def test_the_backend_ending_every_node_is_a_failure_with_its_reason_before_lost_links() -> None:
+    sup = new()
+    hear_all(sup, 2.0)
+    sup.lost("a")  # the job steps died with the job: the streams broke before the watcher's word came
+    sup.lost("b")
+    sup.allocation_ended("Slurm ended job 7: TIMEOUT")
+    sup.allocation_ended("a later word does not replace the first")
+    decision = sup.decide(3.0)
+    assert isinstance(decision, StopAll) and decision.status is RunStatus.FAILED
+    assert decision.reason == "Slurm ended job 7: TIMEOUT" and not decision.unreachable
+
+
+def test_the_operators_stop_wins_over_the_backends_end() -> None:
+    sup = new()
+    sup.request_stop("stopped by the operator (SIGINT)")
+    sup.allocation_ended("Slurm ended job 7: CANCELLED")
+    decision = sup.decide(1.0)
+    assert isinstance(decision, StopAll) and decision.status is RunStatus.STOPPED
