@@ -302,7 +302,7 @@ def _delegate(args: argparse.Namespace, loaded: Any) -> int:
 
 
 def _slurm(args: argparse.Namespace, loaded: Any) -> int:
-    """``--launch``, ``--attach`` and ``--stop`` on a Slurm allocation; the wizard is not built for Slurm yet."""
+    """``--launch``, ``--attach``, ``--stop`` and the wizard on a Slurm allocation."""
     from tui.slurm import commands as slurm
 
     if args.launch:
@@ -311,9 +311,12 @@ def _slurm(args: argparse.Namespace, loaded: Any) -> int:
         return slurm.attach_on_allocation(loaded, args.attach or None)
     if args.stop:
         return slurm.stop_on_allocation(loaded, args.stop)
-    _err('backend = "slurm": the wizard is not built for Slurm yet; --check, --launch, --attach, --stop and '
-         "--export-sbatch FILE work")
-    return EXIT_USAGE
+    if not sys.stdin.isatty() or not sys.stdout.isatty():
+        _err("the wizard needs a terminal; for scripts use `ftwiz --check` or `ftwiz --launch --yes`")
+        return EXIT_USAGE
+    from tui.slurm.wizard import wizard_on_allocation
+
+    return wizard_on_allocation(loaded)
 
 
 def _app(loaded: Any) -> int:

@@ -92,7 +92,8 @@ class FtwizApp(App[int]):
         self.poll_limit = poll_limit
         self.start_step = start_step
         self.engines: dict[str, Any] = dict(engines or {})
-        """Optional stand-ins for the engines, by name: ``run_checklist``, ``launcher`` (tests)."""
+        """Optional stand-ins for the engines, by name: ``run_checklist``, ``run_options``, ``save_config`` (tests, and
+        the Slurm backend's wizard on an allocation)."""
         self.cluster = ClusterState((n.name, n.host) for n in config.nodes)
         """Every node's latest poll and utilisation history."""
         self.last_statuses: dict[str, Any] = {}
@@ -248,8 +249,9 @@ class FtwizApp(App[int]):
 
         path = self.save_path
         snapshot = self.config
+        save = self.engines.get("save_config", save_config)  # the Slurm wizard saves only [job] (tui/slurm/wizard.py)
         try:
-            save_config(snapshot, path)
+            save(snapshot, path)
         except ConfigError as exc:
             self.call_from_thread(self.notify, str(exc), title="Not saved", severity="error", timeout=10)
             return False
