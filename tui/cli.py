@@ -303,14 +303,14 @@ def _delegate(args: argparse.Namespace, loaded: Any) -> int:
 
 def _slurm(args: argparse.Namespace, loaded: Any) -> int:
     """``--launch``, ``--attach``, ``--stop`` and the wizard on a Slurm allocation."""
-    from tui.slurm import commands as slurm
-
     if args.launch:
-        return slurm.launch_on_allocation(loaded, yes=args.yes, detach=args.detach, resume=args.resume, force=args.force)
-    if args.attach is not None:
-        return slurm.attach_on_allocation(loaded, args.attach or None)
-    if args.stop:
-        return slurm.stop_on_allocation(loaded, args.stop)
+        from tui.slurm.commands import launch_on_allocation
+
+        return launch_on_allocation(loaded, yes=args.yes, detach=args.detach, resume=args.resume, force=args.force)
+    if args.attach is not None or args.stop:
+        from tui.slurm.detached import attach_on_allocation, stop_on_allocation
+
+        return attach_on_allocation(loaded, args.attach or None) if args.attach is not None else stop_on_allocation(loaded, args.stop)
     if not sys.stdin.isatty() or not sys.stdout.isatty():
         _err("the wizard needs a terminal; for scripts use `ftwiz --check` or `ftwiz --launch --yes`")
         return EXIT_USAGE

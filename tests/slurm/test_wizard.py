@@ -20,7 +20,7 @@ from tui.app.screens.launch_screen import LaunchScreen
 from tui.config_io import load_config
 from tui.launch.options import RunOptions
 from tui.slurm.session import allocation_session
-from tui.slurm.wizard import settle, wizard_app
+from tui.slurm.wizard import wizard_app
 
 pytestmark = pytest.mark.slow
 
@@ -64,10 +64,10 @@ async def test_the_wizard_checks_launches_and_detaches_on_an_allocation(
             assert f"ftwiz --attach {run_id}" in flat_text(app)
             await pilot.click("#detach")
             await wait_for(pilot, lambda: not app.is_running, what="detach, then quit", timeout=60)
-        settle(held)
-        held.stop_watching()
+        held.settle()
+        held.finish(session, said.append)
         assert held.detached and held.run_id == run_id
-        session.hand_over()
+        assert any(f"goes on in job {job}" in line for line in said), said
     # The run goes on in the job after the wizard and its allocation session are gone ...
     assert slurm3.job_state(job) == "RUNNING"
     assert len(run_pids(run_id)) >= 3

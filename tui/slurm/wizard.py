@@ -3,7 +3,7 @@
 The allocation comes first (in the terminal: the pending reasons are printed as for ``--check``), then the
 wizard opens on what Slurm gave: the allocated nodes and their agents (a job step), the checklist with the
 Slurm rows and without SSH, and the Launch step running the job through job steps with the allocation's
-keepers (:mod:`tui.slurm.keeper`), watched by :class:`tui.slurm.commands.HeldRun`. The Cluster is Slurm's, so
+keepers (:mod:`tui.slurm.keeper`), watched by :class:`tui.slurm.held.HeldRun`. The Cluster is Slurm's, so
 Ctrl+S writes the edited ``[job]`` into the user's file and keeps its ``[cluster]`` and ``[slurm]`` as they
 are (never the allocation's node list). Quitting with the run going and choosing *Detach* hands the job to the
 run (it ends when the run ends); anything else cancels the job, unless ``keep_allocation``.
@@ -12,7 +12,6 @@ run (it ends when the run ends); anything else cancels the job, unless ``keep_al
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,21 +22,16 @@ __all__ = ["wizard_app", "wizard_on_allocation"]
 
 def wizard_app(session: Any, user_config: FtwizConfig, config_path: str | Path | None, *,
                options: Any = None, **app_kw: Any) -> tuple[Any, Any]:
-    """The wizard over ``session``'s allocation, and the :class:`~tui.slurm.commands.HeldRun` it launches into."""
+    """The wizard over ``session``'s allocation, and the :class:`~tui.slurm.held.HeldRun` it launches into."""
     from tui.app.app import FtwizApp
     from tui.checks.engine import run_checklist_full
     from tui.config_io import save_config
     from tui.launch.options import RunOptions
     from tui.slurm.checks import slurm_rows
-    from tui.slurm.commands import HeldRun
-    from tui.slurm.link import srun_link_factory
+    from tui.slurm.held import HeldRun
 
-    job = session.allocation.job_id
-    held = HeldRun(job, session.allocation.nodes, keeper=session.keeper, state_dir=str(session.state_dir),
-                   keep=session.keep, time_limit=user_config.slurm.time)
-    run_options = options or RunOptions()
-    run_options.link_factory = srun_link_factory(job, session.keeper)
-    run_options.on_run = held.started
+    held = HeldRun.for_session(session)
+    run_options = held.wire(options or RunOptions())
 
     async def run_checklist(config: FtwizConfig, *, client: Any = None, progress: Any = None,
                             only: Any = None) -> Any:
@@ -57,30 +51,19 @@ def wizard_on_allocation(loaded: Any, *, stderr: TextIO = sys.stderr) -> int:
     """``ftwiz`` with ``backend = "slurm"``: allocate, then the wizard on the allocation (see the module docstring)."""
     from tui.slurm.agents import AgentStepError
     from tui.slurm.allocation import AllocationError
-    from tui.slurm.commands import EXIT_FAILED, _say
+    from tui.slurm.commands import EXIT_FAILED, say_to
     from tui.slurm.session import allocation_session
 
-    say = _say(stderr)
+    say = say_to(stderr)
     config = loaded.config
     try:
         with allocation_session(config, say=say, job_name="ftwiz-wizard", keep=config.slurm.keep_allocation) as session:
             app, held = wizard_app(session, config, loaded.path)
             code = int(app.run() or 0)
-            settle(held)
-            held.stop_watching()
-            if held.detached:
-                session.hand_over()
-                say(f"run {held.run_id} goes on in job {session.allocation.job_id}: `ftwiz --attach {held.run_id}` "
-                    f"follows it, `ftwiz --stop {held.run_id}` stops it")
-            held.report(say)
+            held.settle()
+            held.finish(session, say)
             return code
     except (AllocationError, AgentStepError) as exc:
         say(str(exc))
         return EXIT_FAILED
 
-
-def settle(held: Any, timeout_s: float = 30.0) -> None:
-    """Wait until a run the wizard started has a result (a detach or a stop is finishing on its thread)."""
-    deadline = time.monotonic() + timeout_s
-    while held.run is not None and held.run.result is None and time.monotonic() < deadline:
-        time.sleep(0.1)
