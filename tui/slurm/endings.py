@@ -27,8 +27,9 @@ ENDINGS: dict[str, Ending] = {
     "DEADLINE": Ending("the job reached its deadline (--deadline)", "drop or move --deadline in [slurm] sbatch_args",
                        "slurm.time_limit"),
     "NODE_FAIL": Ending("a node of the job failed or was set DOWN, and Slurm ended the job",
-                        "`sinfo -R` says why the node is out; launch again with `--resume` (Slurm allocates other nodes), "
-                        "and keep the node out with sbatch_args = [\"--exclude=NODE\"] until it is fixed", "slurm.node_fail"),
+                        "`sinfo -R` says why the node is out; launch again, keeping the node out with sbatch_args = "
+                        "[\"--exclude=NODE\"] until it is fixed (`--resume` finds a node's checkpoints under "
+                        "<workdir>/<node>/: copy them to the node taking its place)", "slurm.node_fail"),
     "BOOT_FAIL": Ending("a node of the job failed to boot", "launch again; tell the admins if it repeats (`sinfo -R`)",
                         "slurm.node_fail"),
     "PREEMPTED": Ending("a higher-priority job preempted this one", "launch again with `--resume`; on a partition or QOS "

@@ -64,12 +64,16 @@ class JobWatch:
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
+        warned = False
         while not self._stop.wait(self.poll_s):
             try:
                 if self._check():
                     return
+                warned = False
             except slurmctl.SlurmError as exc:
-                self.post(BackendNote("warn", f"could not ask Slurm about job {self.job_id}: {exc}"))
+                if not warned:  # once per outage, not every poll
+                    self.post(BackendNote("warn", f"could not ask Slurm about job {self.job_id}: {exc}"))
+                warned = True
 
     def _check(self) -> bool:
         ended = ended_verdict(self.job_id, time_limit=self.time_limit)
