@@ -88,6 +88,16 @@ def test_lora_fine_tune_of_the_tiny_model(slurm3: SlurmCluster, tmp_path: Path, 
     # Every node keeps its own checkpoints under its own workdir, as on the SSH backend.
     for node in ("node0", "node1", "node2"):
         assert (slurm3.shared_dir / "work" / node / "checkpoints" / "tiny" / "final").is_dir(), node
+    # `--resume` (what ftwiz advises after a time limit) continues in a new allocation from the last checkpoint.
+    config.write_text(config.read_text().replace("max_steps = 5", "max_steps = 7"))
+    again = Ftwiz(slurm3, config, tmp_path / "runs", "--launch", "--yes", "--resume")
+    assert again.wait(600) == 0, again.text()[-3000:]
+    assert "resuming from" in again.text() and "training from step 5 to 7" in again.text(), again.text()[-3000:]
+    assert _record_of(tmp_path / "runs", again.run_id())["progress"]["step"] == 7
+
+
+def _record_of(runs: Path, run_id: str) -> dict:
+    return json.loads((runs / run_id / "run.json").read_text())
 
 
 def test_a_hung_rank_is_a_stall_stop_everywhere(slurm3: SlurmCluster, tmp_path: Path) -> None:
