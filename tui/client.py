@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import errno
 import os
 import ssl
 import time
@@ -41,6 +40,8 @@ from shared.models import (
     RunStopResult,
 )
 from shared.version import __version__
+from tui.client_errors import network_message as _network_message
+from tui.client_errors import response_detail as _detail
 
 __all__ = ["AgentClient", "AgentReply", "NodeState", "NodeStatus", "read_token"]
 
@@ -364,40 +365,3 @@ class AgentClient:
         replies = await asyncio.gather(*(self.stop_run(n, run_id) for n in self.config.nodes))
         return {r.node: r for r in replies}
 
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:200] or response.reason_phrase
-    if isinstance(body, dict) and "detail" in body:
-        return str(body["detail"])[:300]
-    return str(body)[:200]
-
-
-def _root_oserror(exc: BaseException) -> Optional[OSError]:
-    """The OSError under an httpx/httpcore exception chain (it carries the errno)."""
-    seen = 0
-    current: Optional[BaseException] = exc
-    while current is not None and seen < 10:
-        if isinstance(current, OSError) and current.errno is not None:
-            return current
-        current = current.__cause__ or current.__context__
-        seen += 1
-    return None
-
-
-def _network_message(exc: httpx.HTTPError, url: str, timeout: float) -> str:
-    if isinstance(exc, httpx.TimeoutException):
-        return f"no answer from {url} within {timeout:g} s"
-    root = _root_oserror(exc)
-    if root is not None:
-        if root.errno == errno.ECONNREFUSED:
-            return f"connection to {url} refused: no agent listening there"
-        if root.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-            return f"no route to {url}: the node is off or its link is down"
-        return f"cannot connect to {url}: {root.strerror or root}"
-    text = str(exc) or type(exc).__name__
-    if "refused" in text.lower():
-        return f"connection to {url} refused: no agent listening there"
-    return f"cannot connect to {url}: {text}"
