@@ -198,7 +198,7 @@ def build_plan(
     (missing → CPU processes, one OpenMP thread). ``network_env`` is the network plan's per-node
     environment (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``, ``NCCL_IB_DISABLE``).
     """
-    if not RUN_ID_RE.match(run_id):
+    if not RUN_ID_RE.fullmatch(run_id):
         raise ValueError(f"run id {run_id!r} must match {RUN_ID_RE.pattern}")
     gpu_indices = gpu_indices or {}
     cpu_cores = cpu_cores or {}

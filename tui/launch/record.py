@@ -153,7 +153,11 @@ def latest_run_id(base: Path) -> Optional[str]:
 
 
 def _first_line(exc: Exception) -> str:
-    return " ".join(str(exc).split("\n")[:3])
+    """A validation error as ``field: message`` (the first three), anything else as its first line."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the record'}: {e['msg']}" for e in errors()[:3])
+    return str(exc).split("\n")[0]
 
 
 def load_record(base: Path, run_id: str) -> dict[str, Any]:
@@ -201,7 +205,7 @@ class RunRecord:
             model = RunRecordModel.model_validate(load_record(base, run_id))
         except OSError as exc:
             raise RunNotFound(run_id, [str(path)], f"no record of run {run_id!r}: {path}: {exc.strerror or exc}") from None
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        except (ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError; nesting too deep for json
             raise RunNotFound(run_id, [str(path)], f"{path} is not a valid run record: {_first_line(exc)}") from None
         if model.run_id != run_id:
             raise RunNotFound(run_id, [str(path)], f"{path} is the record of run {model.run_id!r}, not {run_id!r}")
