@@ -136,6 +136,7 @@ def test_stop_from_another_directory_finds_the_run_and_stops_it(tmp_path):
         assert list(b.iterdir()) == [], "a stop from elsewhere must create nothing where it runs"
         stored = json.loads((a / "runs" / run_id / "run.json").read_text())
         assert stored["status"] == "stopped" and stored["nodes"]["here"]["killed"], stored
+        assert stored["nodes"]["here"]["pgid_start"] is not None, "the launch records its group leader's start time"
         assert json.loads(index_path().read_text())[run_id] == str((a / "runs" / run_id).resolve())
     finally:
         for pid in run_pids(run_id):

@@ -137,15 +137,14 @@ def latest_run_id(base: Path) -> Optional[str]:
     if not base.is_dir():
         return None
     for child in base.iterdir():
-        record = child / "run.json"
-        if not record.is_file():
+        if not (child / "run.json").is_file():
             continue
-        try:
-            data = json.loads(record.read_text())
-            started = float(data.get("created_at") or 0)
-        except (OSError, ValueError, TypeError, AttributeError):
+        try:  # through the schema: a record that does not validate is never "the latest run"
+            model = RunRecordModel.model_validate({"run_id": child.name, **load_record(base, child.name)})
+        except (OSError, ValueError, RecursionError):
             continue
-        if data.get("status") in {s.value for s in NEVER_RAN}:
+        started = model.created_at
+        if model.status in NEVER_RAN or model.run_id != child.name:
             continue
         if best is None or (started, child.name) > best:
             best = (started, child.name)
