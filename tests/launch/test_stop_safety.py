@@ -83,6 +83,29 @@ def test_stop_of_a_finished_run_leaves_a_reused_group_id_and_the_record_alone(tm
     assert "already finished (succeeded)" in done.stderr
 
 
+def test_stop_of_a_live_run_leaves_a_group_whose_leader_started_at_another_time(tmp_path, stranger):
+    """A detached (live) run's record names a group id now led by an unrelated process (another start time):
+    `ftwiz --stop` signals nothing of it — the run's processes are found by their tag, and there are none."""
+    config = default_config(hostname=socket.gethostname(), python=sys.executable, token_file=str(tmp_path / "token"))
+    config.nodes[0].agent_port = _free_port()
+    config.nodes[0].workdir = str(tmp_path / "work")
+    node = config.nodes[0].name
+    where = tmp_path / "a"
+    record = RunRecord.create(where / "runs", "20260101-000000-f1c1", cluster=config.cluster.name, config=config.model_dump(mode="json"))
+    started = start_time(stranger.pid)
+    assert started is not None
+    record.update_node(node, host="127.0.0.1", pgid=stranger.pid, pgid_start=started - 1,
+                       rundir=str(tmp_path / "work" / "runs" / "20260101-000000-f1c1"), state="running")
+    record.update(status="detached")
+
+    done = _cli("--stop", "20260101-000000-f1c1", cwd=tmp_path, home=tmp_path)
+
+    assert _alive(stranger), f"a group whose leader is not the launched process was signalled; ftwiz said: {done.stderr}"
+    assert done.returncode == 0, done.stderr
+    stored = json.loads(record.path.read_text())
+    assert stored["status"] == "stopped" and not stored["nodes"][node]["killed"], stored["nodes"][node]
+
+
 def _kill_helper(run_id: str, node: str, pgid: int, started: int | None, rundir: Path) -> dict:
     """The node helper's ``kill`` as the controller runs it (its source as ``python -c``)."""
     argv = [sys.executable, "-I", "-S", "-c", NODESIDE_SOURCE, "kill", run_id, node, "1", str(pgid), str(rundir), "" if started is None else str(started)]
