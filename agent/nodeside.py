@@ -9,17 +9,19 @@ works on a node before, during and after a run, with nothing installed. Commands
     :func:`cmd_launch` for the exchange).
 ``follow RUNDIR NODE OFFSET TICK``
     Stream ``<node>.log`` from byte ``OFFSET``, framed one record a line on stdout:
-    ``P <pgid>`` once known, ``L <end offset> <text>`` per log line, ``T <unix time>`` every ``TICK``
+    ``P <pgid> <leader start time>`` once known, ``L <end offset> <text>`` per log line, ``T <unix time>`` every ``TICK``
     seconds (the controller's liveness signal: a cut link shows as missing ticks), and finally
     ``X <exit code>`` when torchrun ended by itself, ``X stopped`` when an ftwiz stop ended it
     (``<node>.stopped`` is there), or ``X gone`` when its process group vanished without an exit
     code (signalled by someone else). Every tick it also samples the run's workers on the node:
     ``S [{"rank", "pid", "state", "cpu", "io"}, ...]`` (see :func:`agent.procmatch.worker_samples`).
-``kill RUN_ID NODE GRACE [PGID [RUNDIR]]``
-    SIGTERM (then SIGCONT, so a stopped process can act on it) to the process group and to every
-    process whose environment carries ``FTWIZ_RUN_ID=RUN_ID`` and ``FTWIZ_NODE=NODE``; after
-    ``GRACE`` s, or as soon as no worker (``RANK`` in its environment) is left, SIGKILL the rest;
-    print one JSON object ``{"killed": [...], "remaining": [...]}``.
+``kill RUN_ID NODE GRACE [PGID [RUNDIR [PGID_START]]]``
+    SIGTERM (then SIGCONT, so a stopped process can act on it) to every process whose environment
+    carries ``FTWIZ_RUN_ID=RUN_ID`` and ``FTWIZ_NODE=NODE``, and to process group ``PGID`` only while
+    its leader is the process the launch started (its start time, ``/proc/PID/stat`` field 22, equals
+    ``PGID_START``: group ids are reused, so without a matching start time the group is left alone);
+    after ``GRACE`` s, or as soon as no worker (``RANK`` in its environment) is left, SIGKILL the
+    rest; print one JSON object ``{"killed": [...], "remaining": [...]}``.
     Matching the node as well as the run keeps nodes that share a PID space (containers,
     network-namespace test nodes) from killing each other's processes.
 ``signal RUN_ID NODE SIGNAME``
@@ -43,7 +45,7 @@ import time
 # ftwiz:inline agent/procmatch.py (the controller sends this file with that module's text in place of the import)
 from agent.procmatch import alive as _alive
 from agent.procmatch import cmdline as _cmdline
-from agent.procmatch import is_worker, proc_environ, worker_samples
+from agent.procmatch import group_is_runs, is_worker, proc_environ, start_time, worker_samples
 from agent.procmatch import run_processes as procmatch_run_processes
 
 
@@ -68,6 +70,23 @@ def _group_pids(pgid):
     return pids
 
 
+def _group_running(pgid, started):
+    """Whether the run's process group still has live members; a group id whose leader is now another
+    process (a different start time) is not the run's."""
+    leader = start_time(pgid)
+    if started is not None and leader is not None and not group_is_runs(pgid, started):
+        return False
+    return bool(_group_pids(pgid))
+
+
+def _read_pgid(path):
+    """``(pgid, leader start time)`` from a ``<node>.pgid`` file (start None in files of older runs), or None."""
+    parts = (_read_int(path) or "").split()
+    if not parts or not parts[0].isdigit():
+        return None
+    return int(parts[0]), int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
 def _send(pid, sig):
     try:
         os.kill(pid, sig)
@@ -76,9 +95,11 @@ def _send(pid, sig):
         return False
 
 
-def cmd_kill(run_id, node, grace, pgid=None, rundir=None):
+def cmd_kill(run_id, node, grace, pgid=None, rundir=None, started=None):
     """TERM → grace → KILL everything of the run on this node; report it as JSON.
 
+    The run's processes are those that carry its tag; process group ``pgid`` is signalled as a group
+    only at moments its leader is provably the launched one (:func:`group_is_runs` with ``started``).
     With ``rundir``, first leave ``<node>.stopped`` there, so whoever follows the log (another
     controller attached to the run) learns the run was stopped on purpose, not killed.
     """
@@ -91,14 +112,17 @@ def cmd_kill(run_id, node, grace, pgid=None, rundir=None):
         except OSError:
             pass
 
+    def ours():
+        return bool(pgid) and group_is_runs(pgid, started)
+
     def targets():
         pids = {pid for pid, _ in run_processes(run_id, node)}
-        if pgid:
+        if ours():
             pids.update(_group_pids(pgid))
         return pids
 
     first = targets()
-    if pgid:
+    if ours():
         try:
             os.killpg(pgid, signal.SIGTERM)
             os.killpg(pgid, signal.SIGCONT)
@@ -120,7 +144,7 @@ def cmd_kill(run_id, node, grace, pgid=None, rundir=None):
         info = killed.setdefault(pid, {"pid": pid, "cmdline": _cmdline(pid)})
         info["signal"] = "SIGKILL"
         _send(pid, signal.SIGKILL)
-    if pgid:
+    if ours():
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
@@ -278,11 +302,13 @@ def cmd_launch(node, tick):
     with open(os.devnull, "r+b") as null:
         # start_new_session: setsid, so the run is its own session and process group, detached from SSH.
         child = subprocess.Popen(["sh", node + ".sh"], cwd=rundir, stdin=null, stdout=null, stderr=null, start_new_session=True)
-    _emit("P %d" % child.pid)
-    return cmd_follow(rundir, node, 0, tick, child=child)
+    # The child is unreaped, so its pid (and start time) cannot be another process's yet.
+    started = start_time(child.pid)
+    _emit("P %d %s" % (child.pid, "" if started is None else started))
+    return cmd_follow(rundir, node, 0, tick, child=child, started=started)
 
 
-def cmd_follow(rundir, node, offset, tick, child=None):
+def cmd_follow(rundir, node, offset, tick, child=None, started=None):
     """Stream the node log, framed, with ticks; end with the exit code."""
     log = os.path.join(rundir, node + ".log")
     pgid_file = os.path.join(rundir, node + ".pgid")
@@ -313,10 +339,10 @@ def cmd_follow(rundir, node, offset, tick, child=None):
                 if workers:
                     _emit("S %s" % json.dumps(worker_samples(workers), separators=(",", ":")))
         if pgid is None:
-            text = _read_int(pgid_file)
-            if text and text.isdigit():
-                pgid = int(text)
-                _emit("P %d" % pgid)
+            found = _read_pgid(pgid_file)
+            if found is not None:
+                pgid, started = found
+                _emit("P %d %s" % (pgid, "" if started is None else started))
         if handle is None and os.path.exists(log):
             handle = open(log, "rb")
             handle.seek(offset)
@@ -337,7 +363,7 @@ def cmd_follow(rundir, node, offset, tick, child=None):
         if got:
             continue
         code = _read_int(exit_file)
-        running = pgid is not None and bool(_group_pids(pgid))
+        running = pgid is not None and _group_running(pgid, started)
         if code is not None and not running:
             _flush_pending(pending, offset)
             _emit("X %s" % code)
@@ -373,7 +399,8 @@ def main(argv):
         return cmd_follow(args[0], args[1], int(args[2]), float(args[3]))
     if command == "kill":
         pgid = int(args[3]) if len(args) > 3 and args[3].isdigit() else None
-        return cmd_kill(args[0], args[1], float(args[2]), pgid, args[4] if len(args) > 4 else None)
+        started = int(args[5]) if len(args) > 5 and args[5].isdigit() else None
+        return cmd_kill(args[0], args[1], float(args[2]), pgid, args[4] if len(args) > 4 and args[4] else None, started)
     if command == "signal":
         return cmd_signal(args[0], args[1], args[2])
     if command == "dump":

@@ -5,7 +5,9 @@ which the controller sends as ``python -c`` source with this module's text inlin
 standard library only and runs on Python 3.8+). One rule for run ids (:data:`RUN_ID_PATTERN`)
 and one for membership: a process belongs to run R on node N when its environment holds
 ``FTWIZ_RUN_ID=R`` and ``FTWIZ_NODE=N`` exactly (matching the node too keeps nodes that share a
-PID space, containers or network-namespace test nodes, from touching each other's ranks).
+PID space, containers or network-namespace test nodes, from touching each other's ranks). A process group is the run's
+only while its leader is the very process the launch started (:func:`group_is_runs`): group ids are
+reused, so a bare pgid from a record proves nothing.
 """
 
 import os
@@ -47,6 +49,28 @@ def stat_fields(pid, proc_root="/proc"):
         return None
     # The command name is in parentheses and may itself hold spaces or ')'.
     return raw[raw.rfind(")") + 2:].split()
+
+
+def start_time(pid, proc_root="/proc"):
+    """When ``pid`` started (``/proc/<pid>/stat`` field 22, clock ticks after boot), or None when gone.
+
+    A pid and its start time name one process for the life of the machine: a reused pid starts later.
+    """
+    fields = stat_fields(pid, proc_root)
+    # stat_fields starts at field 3 (state), so field 22 is index 19.
+    if not fields or len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return int(fields[19])
+
+
+def group_is_runs(pgid, started, proc_root="/proc"):
+    """True when process group ``pgid`` is still the one a launch started: its leader (pid ``pgid``) exists,
+    leads that group, and started at ``started`` (recorded at launch). False for an unknown ``started``.
+    """
+    if not pgid or pgid <= 1 or started is None:
+        return False
+    fields = stat_fields(pgid, proc_root)
+    return bool(fields) and len(fields) >= 20 and fields[2] == str(pgid) and fields[19] == str(started)
 
 
 def alive(pid, proc_root="/proc"):

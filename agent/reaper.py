@@ -4,7 +4,8 @@
 The launcher starts each node's torchrun in its own session, so a matching process normally
 leads a process group made only of the run's processes; the whole group gets the signal. A
 group that also holds unrelated processes (a shell, the agent itself) is never signalled as a
-group: only its matching members are. Reading another process's environment needs the same
+group: only its matching members are. The SIGKILL pass recomputes the groups from the processes
+still there (same pid, same start time): a group whose members all left may be another's by then. Reading another process's environment needs the same
 uid or CAP_SYS_PTRACE, which is why the agent runs as the user who runs training.
 """
 
@@ -28,6 +29,7 @@ _POLL_S = 0.05
 class _Proc:
     pid: int
     pgid: int
+    started: Optional[int]
     name: Optional[str]
     cmdline: Optional[str]
 
@@ -47,7 +49,9 @@ def stop_run(run_id: str, *, node: Optional[str] = None, grace_s: float = 5.0, k
     _send(targets, signal.SIGTERM, last_signal)
     alive = _wait_gone([proc.pid for proc in matching], grace_s)
     if alive:
-        _send(targets, signal.SIGKILL, last_signal)
+        # Groups again, from the survivors only: a group whose members all left may be another's id by now.
+        survivors = [proc for proc in matching if proc.pid in alive and _still(proc)]
+        _send(_targets(survivors), signal.SIGKILL, last_signal)
         alive = _wait_gone(alive, kill_wait_s)
     killed = [
         KilledProcess(
@@ -124,7 +128,14 @@ def _describe(pid: int) -> Optional[_Proc]:
             cmdline = handle.read().replace(b"\0", b" ").decode("utf-8", errors="replace").strip()[:300] or None
     except OSError:
         cmdline = None
-    return _Proc(pid=pid, pgid=int(fields[2]), name=_comm(pid), cmdline=cmdline)
+    started = int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+    return _Proc(pid=pid, pgid=int(fields[2]), started=started, name=_comm(pid), cmdline=cmdline)
+
+
+def _still(proc: _Proc) -> bool:
+    """``proc`` is still that process: same start time, same group (a pid reused meanwhile is not)."""
+    fields = _stat_fields(proc.pid)
+    return fields is not None and len(fields) > 19 and fields[2] == str(proc.pgid) and fields[19] == str(proc.started)
 
 
 def _stat_fields(pid: int) -> Optional[list[str]]:

@@ -32,6 +32,9 @@ DEFAULT_RENDEZVOUS_PORT = 29500
 DEFAULT_TOKEN_FILE = "~/.config/ftwiz/agent.token"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+"""Node and cluster names: file names on every node (matched whole, so never with a trailing newline)."""
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""Environment variable names (matched whole)."""
 
 
 class _Section(BaseModel):
@@ -71,7 +74,7 @@ class NodeConfig(_Section):
     @field_validator("name")
     @classmethod
     def _name_ok(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError("use letters, digits, '.', '_' or '-' (at most 63), starting with a letter or digit")
         return value
 
@@ -137,7 +140,7 @@ class JobConfig(_Section):
     @classmethod
     def _requires_ok(cls, value: list[str]) -> list[str]:
         for item in value:
-            if not REQUIREMENT_RE.match(item.strip()):
+            if not REQUIREMENT_RE.fullmatch(item.strip()):
                 raise ValueError(f"{item!r} is not a pip requirement: write a package name with an optional version, e.g. \"trl>=0.20\" or \"transformers\"")
         return [item.strip() for item in value]
 
@@ -145,7 +148,7 @@ class JobConfig(_Section):
     @classmethod
     def _job_env_ok(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            if not _ENV_KEY.fullmatch(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
             if key in RESERVED_ENV:
                 raise ValueError(f"{key} is set by torchrun/ftwiz for every rank; remove it from [job].env")
@@ -181,7 +184,7 @@ class NcclConfig(_Section):
     @classmethod
     def _env_ok(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            if not _ENV_KEY.fullmatch(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
         return value
 
@@ -206,14 +209,14 @@ class SlurmConfig(_Section):
     @field_validator("time")
     @classmethod
     def _time_ok(cls, value: str) -> str:
-        if not _SLURM_TIME.match(value.strip()):
+        if not _SLURM_TIME.fullmatch(value.strip()):
             raise ValueError('use a Slurm time: minutes, "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM" or "D-HH:MM:SS"')
         return value.strip()
 
     @field_validator("partition", "account")
     @classmethod
     def _word_ok(cls, value: str) -> str:
-        if value and not re.match(r"^[A-Za-z0-9_.,-]+$", value):
+        if value and not re.fullmatch(r"[A-Za-z0-9_.,-]+", value):
             raise ValueError("use letters, digits, '_', '.', ',' or '-'")
         return value
 

@@ -23,7 +23,7 @@ def check_command(value: list[str]) -> list[str]:
         return value
     first = value[0]
     if first == "-m":
-        if len(value) < 2 or not _MODULE_RE.match(value[1]):
+        if len(value) < 2 or not _MODULE_RE.fullmatch(value[1]):
             raise ValueError('after "-m" give a module name, e.g. ["-m", "axolotl.cli.train", "cfg.yml"]')
     elif first.startswith("-") or not first.strip():
         raise ValueError(f'the first word must be your script (e.g. "train.py") or "-m" and a module, not {first!r}')

@@ -98,7 +98,7 @@ def parse_line(line: str) -> Optional[dict[str, Any]]:
         return None
     try:
         record = json.loads(line[start:].strip())
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a line of nested brackets, deeper than json can decode
         return None
     if not isinstance(record, dict) or not isinstance(record.get(PREFIX_KEY), str):
         return None

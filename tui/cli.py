@@ -105,6 +105,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from tui.slurm.commands import export_sbatch
 
         return export_sbatch(loaded.config, args.export_sbatch)
+    if args.stop or args.attach:
+        return _named_run(args, loaded)
     if loaded.config.cluster.backend == "slurm" and not args.check:
         return _slurm(args, loaded)
     try:
@@ -299,6 +301,35 @@ def _delegate(args: argparse.Namespace, loaded: Any) -> int:
     if args.attach is not None:
         return int(commands.attach(loaded.config, args.attach or None))
     return int(commands.stop(loaded.config, args.stop))
+
+
+def _named_run(args: argparse.Namespace, loaded: Any) -> int:
+    """``--stop RUN_ID`` / ``--attach RUN_ID`` from any directory: the record is found (``FTWIZ_RUNS_DIR``, the
+    per-user index, ``./runs``) and the run acted on where its record says (its Slurm job, or the cluster of its
+    config snapshot), never on whatever config loads here."""
+    from tui.launch.commands import find_stored
+    from tui.launch.options import RunOptions
+    from tui.launch.runindex import RunNotFound
+
+    run_id = args.stop or args.attach
+    options = RunOptions()
+    try:
+        record, config = find_stored(run_id, options, loaded.config)
+    except RunNotFound as exc:
+        _err(f"ERROR: {exc}")
+        return EXIT_USAGE
+    if record.model.slurm:
+        from tui.slurm.detached import attach_on_allocation, stop_on_allocation
+
+        return stop_on_allocation(loaded, run_id, options=options) if args.stop else attach_on_allocation(loaded, run_id, options=options)
+    from tui.launch import commands
+
+    if args.stop and commands.already_finished(record.model):
+        return int(commands.stop(config, run_id, options=options))  # says so; no agent needed, nothing signalled
+    with _local_agent(config):
+        if args.stop:
+            return int(commands.stop(config, run_id, options=options))
+        return int(commands.attach(config, run_id, options=options))
 
 
 def _slurm(args: argparse.Namespace, loaded: Any) -> int:

@@ -79,7 +79,7 @@ def resolve_model(spec: Spec) -> tuple[str, bool]:
         return str(local), True
     if local.exists():
         raise WorkloadError(f"model {local} is a file: [job] model must be a model directory or a Hugging Face id")
-    if raw.startswith(("/", ".", "~")) or not HF_ID.match(raw):
+    if raw.startswith(("/", ".", "~")) or not HF_ID.fullmatch(raw):
         raise WorkloadError(f"model directory {local} not found: check [job] model (the directory must exist on every node)")
     return raw, False
 
@@ -319,7 +319,7 @@ def checkpoint_steps(output_dir: Path) -> list[int]:
         return []
     steps = []
     for child in output_dir.iterdir():
-        match = CHECKPOINT_DIR.match(child.name)
+        match = CHECKPOINT_DIR.fullmatch(child.name)
         if match and (child / "trainer_state.json").is_file():
             steps.append(int(match.group(1)))
     return sorted(steps)

@@ -14,6 +14,7 @@ from tui.launch.options import RunOptions
 from tui.launch.progress import format_progress
 from tui.launch.record import RunRecord, latest_run_id
 from tui.launch.run import Run
+from tui.launch.runindex import RunNotFound
 from tui.launch.status import RunStatus
 
 
@@ -24,8 +25,9 @@ def test_opening_a_record_never_writes_it(tmp_path):
     opened = RunRecord.open(tmp_path, "20260101-000000-aaaa")
     assert opened.model.status is RunStatus.DETACHED and opened.model.created_at == 5.0
     assert record.path.read_bytes() == before
-    missing = RunRecord.open(tmp_path, "20260101-000000-bbbb")
-    assert missing.model.created_at == 0 and not missing.path.exists()
+    with pytest.raises(RunNotFound, match="no record of run '20260101-000000-bbbb'"):
+        RunRecord.open(tmp_path, "20260101-000000-bbbb")
+    assert not (tmp_path / "20260101-000000-bbbb").exists()
     assert latest_run_id(tmp_path) == "20260101-000000-aaaa"
 
 

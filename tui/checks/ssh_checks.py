@@ -72,7 +72,7 @@ def _local_test(node: NodeConfig, paths: list[str], hf_ids: list[str]) -> tuple[
 def _probe_node(node: NodeConfig, config: FtwizConfig, timeout: float) -> SshOutcome:
     """Log in to ``node`` and test the job's paths (runs in a worker thread)."""
     paths = needed_paths(config)
-    hf_ids = [p for p in paths[1:] if HF_ID.match(p)]
+    hf_ids = [p for p in paths[1:] if HF_ID.fullmatch(p)]
     if node.local:
         found, cached = _local_test(node, paths, hf_ids)
         return SshOutcome(node.name, ok=True, skipped="local node: no SSH needed", paths=found, hf_cache=cached)
@@ -153,7 +153,7 @@ def data_reachable(ctx: CheckContext) -> list[CheckResult]:
                                f"copy it there: {_copy_hint(job.dataset, node)}"))
         if outcome.paths.get(job.model, False):
             model_row = ("pass", f"dataset and model directory {job.model} present")
-        elif HF_ID.match(job.model):
+        elif HF_ID.fullmatch(job.model):
             if outcome.hf_cache.get(job.model, False):
                 model_row = ("pass", f"model {job.model} in the node's HF cache")
             else:

@@ -8,7 +8,6 @@ to a failure. The signatures are data in ``shared/doctor_signatures.py``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,9 +38,12 @@ def diagnose_run(run_dir: Path, record: Mapping[str, Any] | None = None, *,
     """Diagnose a run record directory (``run.json`` read when ``record`` is not given)."""
     run_dir = Path(run_dir)
     if record is None:
-        try:
-            record = json.loads((run_dir / "run.json").read_text())
-        except (OSError, ValueError):
+        from tui.launch.record import RunRecordModel, load_record
+
+        try:  # through the typed model (the id defaults to the directory's name): a damaged record is no evidence
+            data = {"run_id": run_dir.name, **load_record(run_dir.parent, run_dir.name)}
+            record = RunRecordModel.model_validate(data).model_dump(mode="json")
+        except (OSError, ValueError, RecursionError):
             record = None
     logs = sorted(p for p in run_dir.glob("*.log") if p.is_file())
     return diagnose_files(logs, record=record, kernel=kernel)

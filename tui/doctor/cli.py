@@ -37,21 +37,19 @@ def why_main(*, run_id: str | None, files: Sequence[str] | None, json_output: bo
                 return EXIT_USAGE
         diagnoses = diagnose_files(paths)
     else:
-        from tui.launch.record import latest_run_id, runs_dir
+        from tui.launch.record import RunRecord, latest_run_id, runs_dir
+        from tui.launch.runindex import RunNotFound, find_run
 
         base = runs_dir()
         chosen = run_id or latest_run_id(base)
         if not chosen:
             _err(f"--why: no runs under {base}/ (set FTWIZ_RUNS_DIR or run from the directory that holds runs/)")
             return EXIT_USAGE
-        run_dir = base / chosen
-        if not (run_dir / "run.json").is_file():
-            _err(f"--why: no run {chosen!r}: {run_dir / 'run.json'} does not exist (ls {base}/ lists the runs)")
-            return EXIT_USAGE
-        try:
-            record = json.loads((run_dir / "run.json").read_text())
-        except (OSError, ValueError) as exc:
-            _err(f"--why: cannot read {run_dir / 'run.json'}: {exc}")
+        try:  # a named run is found from anywhere (FTWIZ_RUNS_DIR, the per-user index, ./runs)
+            run_dir = find_run(chosen)
+            record = RunRecord.open(run_dir.parent, chosen).data
+        except RunNotFound as exc:
+            _err(f"--why: {exc}")
             return EXIT_USAGE
         diagnoses = diagnose_run(run_dir, record, kernel=_kernel(config_path))
     if json_output:

@@ -180,7 +180,7 @@ class RunCore:
         elif isinstance(message, RankSamples):
             self.supervisor.sampled(message.node, message.samples, self.clock())
         elif isinstance(message, NodePgid):
-            self.record.update_node(message.node, pgid=message.pgid)
+            self.record.update_node(message.node, pgid=message.pgid, pgid_start=message.started)
         elif isinstance(message, NodeEnded):
             ending = message.ending
             self.supervisor.ended(message.node, ending)

@@ -17,16 +17,17 @@ from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
 from tui.doctor.hook import WHY_PREFIX
-from tui.exitcodes import EXIT_FAILED, EXIT_USAGE
+from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
 from tui.launch.prepare import new_run, resume_from
 from tui.launch.progress import format_progress, parse_protocol
-from tui.launch.record import latest_run_id, load_record, runs_dir
+from tui.launch.record import RunRecord, RunRecordModel, latest_run_id, runs_dir
 from tui.launch.run import LaunchError, Run, RunOptions
-from tui.launch.status import RunStatus
+from tui.launch.runindex import RunNotFound, find_run
+from tui.launch.status import ENDED, RunStatus
 from tui.launch.trainer_output import BarCollapser
 
-__all__ = ["HeadlessPrinter", "attach", "launch", "stop"]
+__all__ = ["HeadlessPrinter", "already_finished", "attach", "find_stored", "launch", "stop"]
 
 
 
@@ -265,13 +266,48 @@ def launch(
     return result.exit_code
 
 
+def find_stored(run_id: str, options: RunOptions, config: FtwizConfig) -> tuple[RunRecord, FtwizConfig]:
+    """The record of ``run_id`` wherever it is (:func:`tui.launch.runindex.find_run`) and the cluster it names.
+
+    Sets ``options.runs_dir`` to the runs directory that holds it. The cluster is the record's config snapshot;
+    ``config`` (the one loaded here) only for a record without one, and only when it names the same cluster.
+    Raises :class:`RunNotFound` saying where it looked, or why the record cannot be acted on.
+    """
+    where = find_run(run_id, options.runs_dir)
+    record = RunRecord.open(where.parent, run_id)
+    options.runs_dir = where.parent
+    snapshot = record.model.config
+    if snapshot is None:
+        if record.model.cluster not in (None, config.cluster.name):
+            raise RunNotFound(run_id, [str(record.path)], f"{record.path} holds no config snapshot and names cluster "
+                              f"{record.model.cluster!r}, not {config.cluster.name!r}: run from that cluster's ftwiz.toml (--config)")
+        return record, config
+    try:
+        return record, FtwizConfig.model_validate(snapshot)
+    except ValueError as exc:
+        raise RunNotFound(run_id, [str(record.path)], f"{record.path}: its config snapshot does not load ({' '.join(str(exc).split())[:300]})") from None
+
+
+def already_finished(model: RunRecordModel) -> bool:
+    """A final record with nothing left behind (no unreaped node, no leftovers): ``--stop`` signals nothing."""
+    return model.status in ENDED and not (model.unreaped or model.leftovers)
+
+
 def attach(config: FtwizConfig, run_id: Optional[str], *, options: Optional[RunOptions] = None, printer: Optional[HeadlessPrinter] = None) -> int:
-    """Re-attach to ``run_id`` (default: the latest run): replay the node logs and supervise again."""
+    """Re-attach to ``run_id`` (default: the latest run under the runs directory): replay the node logs and supervise again.
+
+    A named run is found from anywhere and followed on the cluster its record names.
+    """
     options = options or RunOptions()
     base = runs_dir(options.runs_dir)
     run_id = run_id or latest_run_id(base)
     if run_id is None:
         _err(f"ERROR: no run to attach to under {base}/; name one: ftwiz --attach RUN_ID")
+        return EXIT_USAGE
+    try:
+        _record, config = find_stored(run_id, options, config)
+    except RunNotFound as exc:
+        _err(f"ERROR: {exc}")
         return EXIT_USAGE
     try:
         run = Run.attach(config, run_id, options=options)
@@ -285,20 +321,33 @@ def attach(config: FtwizConfig, run_id: Optional[str], *, options: Optional[RunO
 
 
 def stop(config: FtwizConfig, run_id: str, *, options: Optional[RunOptions] = None) -> int:
-    """Stop ``run_id`` on every node (a detached run); report what was killed where."""
+    """Stop ``run_id`` on every node of the cluster its record names; report what was killed where.
+
+    The record is found from anywhere (:func:`find_stored`); a run that is not found exits 2 saying where
+    ftwiz looked, and gets no record. A run whose record is final is not signalled: "already finished".
+    """
     options = options or RunOptions()
     if not run_id:
         _err("ERROR: name the run to stop: ftwiz --stop RUN_ID")
         return EXIT_USAGE
-    _err(f"stopping run {run_id} on {len(config.nodes)} node(s)")
+    try:
+        record, config = find_stored(run_id, options, config)
+    except RunNotFound as exc:
+        _err(f"ERROR: {exc}")
+        return EXIT_USAGE
+    model = record.model
+    if already_finished(model):
+        _err(f"run {run_id} already finished ({model.status.value}); nothing was signalled and {record.path} is unchanged")
+        return EXIT_OK
+    _err(f"stopping run {run_id} on {len(config.nodes)} node(s) (record {record.path})")
     result = Run.stop_detached(config, run_id, options=options)
     try:
-        nodes = load_record(runs_dir(options.runs_dir), run_id).get("nodes") or {}
-    except (OSError, ValueError):
+        nodes = RunRecord.open(runs_dir(options.runs_dir), run_id).model.nodes
+    except RunNotFound:
         nodes = {}
     for name in (n.name for n in config.nodes):
-        info = nodes.get(name) or {}
-        killed = info.get("killed") or []
+        info = nodes.get(name)
+        killed = (info.killed if info is not None else None) or []
         if name in result.unreaped:
             _err(f"  {name}: not reached; run `ftwiz --stop {run_id}` again when it answers")
         elif killed:

@@ -71,7 +71,7 @@ class LaunchMixin(StopMixin):
         self.supervisor.started(started)
         for name, runner in self._runners.items():
             self._set_state(name, NodeState.RUNNING, f"pgid {runner.pgid}")
-            self.record.update_node(name, save=False, pgid=runner.pgid)
+            self.record.update_node(name, save=False, pgid=runner.pgid, pgid_start=runner.pgid_start)
         self.record.update(status=RunStatus.RUNNING, started_at=time.time(), fanout_s=started - t0, prepare_s=t_prepared - t0)
         self._note(f"run {self.run_id} started on {len(self._runners)} node(s) in {started - t0:.1f} s")
 

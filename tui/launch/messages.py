@@ -100,10 +100,12 @@ class NodeLine:
 
 @dataclass(frozen=True)
 class NodePgid:
-    """torchrun's process group id on the node."""
+    """torchrun's process group id on the node, and its leader's start time (``/proc/PID/stat`` field 22)."""
 
     node: str
     pgid: int
+    started: Optional[int] = None
+    """None from a node whose start script predates start times: such a group is never signalled as a group."""
 
 
 @dataclass(frozen=True)

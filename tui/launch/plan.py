@@ -198,7 +198,7 @@ def build_plan(
     (missing → CPU processes, one OpenMP thread). ``network_env`` is the network plan's per-node
     environment (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``, ``NCCL_IB_DISABLE``).
     """
-    if not RUN_ID_RE.match(run_id):
+    if not RUN_ID_RE.fullmatch(run_id):
         raise ValueError(f"run id {run_id!r} must match {RUN_ID_RE.pattern}")
     gpu_indices = gpu_indices or {}
     cpu_cores = cpu_cores or {}
@@ -248,7 +248,7 @@ def build_plan(
 def start_script(plan: NodePlan, rundir_abs: str) -> str:
     """The ``sh`` script that runs torchrun on the node; every value is shell-quoted.
 
-    It records its pid (= its process group, since it is started under ``setsid``) and, when
+    It records its pid (= its process group, since it is started under ``setsid``) with its start time and, when
     torchrun ends by itself, the exit code (``<node>.exit``, written atomically). torchrun's output
     goes to ``<node>.log`` in the run directory: the node-side log that outlives the controller.
     """
@@ -258,7 +258,9 @@ def start_script(plan: NodePlan, rundir_abs: str) -> str:
         "#!/bin/sh",
         f"# ftwiz run {plan.env['FTWIZ_RUN_ID']} on node {plan.node}: generated, every value quoted.",
         f"cd {quote_path(plan.workdir)} || exit 97",
-        f"echo $$ > {run_dir}/{name}.pgid.tmp && mv {run_dir}/{name}.pgid.tmp {run_dir}/{name}.pgid",
+        # The pgid and the leader's start time (/proc/PID/stat field 22): a stop signals the group only while both match.
+        f"echo \"$$ $(sed 's/.*) //' /proc/$$/stat 2>/dev/null | cut -d' ' -f20)\" > {run_dir}/{name}.pgid.tmp"
+        f" && mv {run_dir}/{name}.pgid.tmp {run_dir}/{name}.pgid",
     ]
     lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(plan.env.items())]
     if "GLOO_SOCKET_IFNAME" not in plan.env:

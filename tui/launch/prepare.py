@@ -13,8 +13,9 @@ from typing import Any, Mapping, Optional
 
 from shared.config import FtwizConfig
 from tui.launch.options import LaunchError, RunOptions
-from tui.launch.record import latest_run_id, load_record, runs_dir
+from tui.launch.record import RunRecord, latest_run_id, runs_dir
 from tui.launch.run import Run
+from tui.launch.runindex import RunNotFound
 
 __all__ = ["ResumeFrom", "listener_deadline", "new_run", "resume_from"]
 
@@ -37,9 +38,9 @@ def resume_from(config: FtwizConfig, options: RunOptions) -> ResumeFrom:
     if last is None:
         raise LaunchError(f"nothing to resume: no run recorded under {base}/ (run `ftwiz --launch` first, from this directory)")
     try:
-        output_dir = load_record(base, last).get("output_dir") or config.job.output_dir
-    except (OSError, ValueError) as exc:
-        raise LaunchError(f"cannot resume run {last}: {base / last / 'run.json'} is unreadable ({exc})") from None
+        output_dir = RunRecord.open(base, last).model.output_dir or config.job.output_dir
+    except RunNotFound as exc:
+        raise LaunchError(f"cannot resume run {last}: {exc}") from None
     return ResumeFrom(last, output_dir)
 
 

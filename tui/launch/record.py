@@ -3,9 +3,10 @@
 ``run.json`` has a schema, :class:`RunRecordModel` (pydantic, with the :class:`RunStatus` enum),
 and is rewritten atomically (temp file in the same directory, fsync, rename) at every state change,
 so it is complete whatever stops the controller. :meth:`RunRecord.create` starts a new record and
-saves it; :meth:`RunRecord.open` reads a stored one and never writes it (a failed ``--attach``
-leaves the record exactly as it was). The runs directory is ``./runs`` unless ``FTWIZ_RUNS_DIR``
-says otherwise.
+saves it (and adds it to the per-user index, :mod:`tui.launch.runindex`); :meth:`RunRecord.open` reads a
+stored one through the model and never writes it (a failed ``--attach`` leaves the record exactly as it was;
+a run with no record is refused, never given one). The runs directory is ``./runs`` unless
+``FTWIZ_RUNS_DIR`` says otherwise.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tui.launch.status import NEVER_RAN, RunStatus
+from tui.slurm.slurmctl import valid_job_id
 
 __all__ = ["NodeRecord", "RunRecord", "RunRecordModel", "latest_run_id", "load_record", "new_run_id", "runs_dir"]
 
@@ -52,6 +54,10 @@ class NodeRecord(BaseModel):
     cuda_visible_devices: Optional[str] = None
     node_log: Optional[str] = None
     pgid: Optional[int] = None
+    """torchrun's process group on the node (its ``sh <node>.sh`` leader's pid)."""
+    pgid_start: Optional[int] = None
+    """The group leader's start time (``/proc/PID/stat`` field 22, clock ticks after boot): a stop signals the
+    group only while the process leading it has this start time (group ids are reused); None: never as a group."""
     exit: Optional[str] = None
     exit_description: Optional[str] = None
     ended_at: Optional[float] = None
@@ -116,6 +122,14 @@ class RunRecordModel(BaseModel):
     versions: dict[str, Any] = Field(default_factory=dict)
     """Per node, the software versions the agents last reported (the doctor's evidence for version skew)."""
 
+    @field_validator("slurm")
+    @classmethod
+    def _slurm_job_id(cls, value: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        # The job id goes to squeue, scontrol and scancel: a record saying "--me" would cancel every job of the user.
+        if value is not None and "job_id" in value and not valid_job_id(str(value["job_id"])):
+            raise ValueError(f"slurm.job_id {value['job_id']!r} is not a Slurm job id (digits, or <job>_<task>)")
+        return value
+
 
 def latest_run_id(base: Path) -> Optional[str]:
     """The most recently created run under ``base`` that got as far as starting, or None."""
@@ -123,19 +137,26 @@ def latest_run_id(base: Path) -> Optional[str]:
     if not base.is_dir():
         return None
     for child in base.iterdir():
-        record = child / "run.json"
-        if not record.is_file():
+        if not (child / "run.json").is_file():
             continue
-        try:
-            data = json.loads(record.read_text())
-            started = float(data.get("created_at") or 0)
-        except (OSError, ValueError, TypeError, AttributeError):
+        try:  # through the schema: a record that does not validate is never "the latest run"
+            model = RunRecordModel.model_validate({"run_id": child.name, **load_record(base, child.name)})
+        except (OSError, ValueError, RecursionError):
             continue
-        if data.get("status") in {s.value for s in NEVER_RAN}:
+        started = model.created_at
+        if model.status in NEVER_RAN or model.run_id != child.name:
             continue
         if best is None or (started, child.name) > best:
             best = (started, child.name)
     return best[1] if best else None
+
+
+def _first_line(exc: Exception) -> str:
+    """A validation error as ``field: message`` (the first three), anything else as its first line."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the record'}: {e['msg']}" for e in errors()[:3])
+    return str(exc).split("\n")[0]
 
 
 def load_record(base: Path, run_id: str) -> dict[str, Any]:
@@ -155,23 +176,38 @@ class RunRecord:
         self.model = model
         self._lock = threading.RLock()
         self._logs: dict[str, TextIO] = {}
+        #: Why the run could not be added to the per-user index (None: it was, or the record was opened).
+        self.index_problem: Optional[str] = None
 
     @classmethod
     def create(cls, base: Path, run_id: str, **fields: Any) -> "RunRecord":
-        """A new record for ``run_id``, saved at once."""
+        """A new record for ``run_id``, saved at once and added to the per-user index (:mod:`tui.launch.runindex`)."""
+        from tui.launch.runindex import remember
+
         record = cls(base, RunRecordModel(run_id=run_id, **fields))
         record.dir.mkdir(parents=True, exist_ok=True)
         record.save()
+        record.index_problem = remember(run_id, record.dir)
         return record
 
     @classmethod
     def open(cls, base: Path, run_id: str) -> "RunRecord":
-        """The stored record of ``run_id``, or an empty one (``created_at = 0``) when there is none. Never writes."""
+        """The stored record of ``run_id``, read through :class:`RunRecordModel`. Never writes.
+
+        Raises :class:`tui.launch.runindex.RunNotFound` when there is no record or it does not read as one:
+        a run that was not found never gets a record (a stop or attach must not invent one).
+        """
+        from tui.launch.runindex import RunNotFound
+
+        path = base / run_id / "run.json"
         try:
             model = RunRecordModel.model_validate(load_record(base, run_id))
-        except (OSError, ValueError):
-            # Started from another machine, or a mistyped id: never "the latest run" for --resume/--attach.
-            model = RunRecordModel(run_id=run_id, created_at=0)
+        except OSError as exc:
+            raise RunNotFound(run_id, [str(path)], f"no record of run {run_id!r}: {path}: {exc.strerror or exc}") from None
+        except (ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError; nesting too deep for json
+            raise RunNotFound(run_id, [str(path)], f"{path} is not a valid run record: {_first_line(exc)}") from None
+        if model.run_id != run_id:
+            raise RunNotFound(run_id, [str(path)], f"{path} is the record of run {model.run_id!r}, not {run_id!r}")
         return cls(base, model)
 
     @property

@@ -80,6 +80,8 @@ class Run(DetachedMixin):
                 nodes={n.name: {"host": n.host} for n in config.nodes},
             )
         super().__init__(config, record, options=options, reports=reports, clock=clock)
+        if record.index_problem:
+            self._note(record.index_problem, "warn")
         self.network_env = network_env if network_env is not None else plan_network(config, self.reports)
         self.resume = record.model.resume
         self.output_dir = record.model.output_dir or config.job.output_dir
@@ -105,8 +107,9 @@ class Run(DetachedMixin):
     def attach(cls, config: FtwizConfig, run_id: str, *, options: Optional[RunOptions] = None) -> "Run":
         """Reconnect to a detached run: replay every node's log from the start and supervise again.
 
-        Raises :class:`LaunchError` when a node cannot be reached or holds no such run; the stored
-        record is then left exactly as it was.
+        Raises :class:`LaunchError` when a node cannot be reached or holds no such run, and
+        :class:`tui.launch.runindex.RunNotFound` when there is no record under the runs directory; the
+        stored record is then left exactly as it was (and none is made).
         """
         options = options or RunOptions()
         run = cls(config, options=options, record=RunRecord.open(runs_dir(options.runs_dir), run_id))

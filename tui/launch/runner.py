@@ -34,7 +34,7 @@ from tui.launch.messages import (
 )
 from tui.launch.plan import make_payload, quote_path, rundir_rel
 
-__all__ = ["NodeRunner", "NODESIDE_SOURCE", "nodeside_source"]
+__all__ = ["NodeRunner", "NODESIDE_SOURCE", "nodeside_source", "pgid_frame"]
 
 _AGENT_DIR = Path(__file__).resolve().parents[2] / "agent"
 
@@ -85,8 +85,10 @@ class NodeRunner:
         self.last_rx: Optional[float] = None
         #: Bytes of the node log consumed so far (where a re-attach resumes).
         self.offset = 0
-        #: torchrun's process group on the node.
+        #: torchrun's process group on the node, and its leader's start time (``/proc/PID/stat`` field 22):
+        #: a stop signals the group only while the leader there still has that start time.
         self.pgid: Optional[int] = None
+        self.pgid_start: Optional[int] = None
         #: The node's absolute workdir and run directory, once known.
         self.workdir_abs: Optional[str] = None
         self.rundir_abs: Optional[str] = None
@@ -252,14 +254,17 @@ class NodeRunner:
         said: list[str] = []
         try:
             self._stream.send(b"go\n")
-            self.pgid = int(self._expect("P", timeout, said).strip())
+            frame = pgid_frame(self._expect("P", timeout, said))
+            if frame is None:
+                raise RuntimeError(f"{self.name}: the node answered 'go' without a process group{_said(said)}")
+            self.pgid, self.pgid_start = frame
         except LinkLost:
             self._drop_stream()
             self._drop_link()
             raise
         self.offset, self.following, self.lost = 0, True, False
         self.last_rx = time.monotonic()
-        self.outbox.put(NodePgid(self.name, self.pgid))
+        self.outbox.put(NodePgid(self.name, self.pgid, self.pgid_start))
         return self.pgid
 
     def locate(self) -> str:
@@ -300,7 +305,10 @@ class NodeRunner:
         """
         if fresh or self._link is None:
             self.connect(connect_timeout)
-        return self._helper("kill", self.run_id, self.name, str(grace), str(self.pgid or ""), self.rundir_abs or f"{self.node.workdir}/{rundir_rel(self.run_id)}", timeout=grace + 20)
+        rundir = self.rundir_abs or f"{self.node.workdir}/{rundir_rel(self.run_id)}"
+        # The group goes along only with its leader's start time: the helper signals it only while that matches.
+        pgid, started = (str(self.pgid), str(self.pgid_start)) if self.pgid and self.pgid_start is not None else ("", "")
+        return self._helper("kill", self.run_id, self.name, str(grace), pgid, rundir, started, timeout=grace + 20)
 
     def send_signal(self, signame: str) -> dict:
         """Signal the run's workers on the node."""
@@ -357,9 +365,9 @@ class NodeRunner:
             samples = _samples(rest)
             if samples is not None:
                 self.outbox.put(RankSamples(self.name, samples))
-        elif kind == "P" and rest.strip().isdigit():
-            self.pgid = int(rest.strip())
-            self.outbox.put(NodePgid(self.name, self.pgid))
+        elif kind == "P" and (frame := pgid_frame(rest)) is not None:
+            self.pgid, self.pgid_start = frame
+            self.outbox.put(NodePgid(self.name, self.pgid, self.pgid_start))
         elif kind == "X":
             self.ending = NodeEnding.parse(rest)
             self._drop_stream()
@@ -367,6 +375,14 @@ class NodeRunner:
         elif line.strip():
             # Not a frame: the helper or the shell complained (a traceback, a missing python).
             self.outbox.put(NodeLine(self.name, f"ftwiz-node-helper: {line}"))
+
+
+def pgid_frame(text: str) -> Optional[tuple[int, Optional[int]]]:
+    """A ``P`` frame's ``<pgid> [<leader start time>]``, or None when it is not one."""
+    parts = text.split()
+    if not parts or not parts[0].isdigit() or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1]) if len(parts) == 2 else None
 
 
 def _samples(text: str) -> Optional[tuple[RankSample, ...]]:

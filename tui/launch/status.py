@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["NEVER_RAN", "RunStatus"]
+__all__ = ["ENDED", "NEVER_RAN", "RunStatus"]
 
 
 class RunStatus(str, Enum):
@@ -36,3 +36,7 @@ class RunStatus(str, Enum):
 
 NEVER_RAN = frozenset({RunStatus.CANCELLED, RunStatus.LAUNCH_FAILED})
 """Records that never ran anything: not "the last run" for ``--resume`` or ``--attach``."""
+
+ENDED = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED, RunStatus.LAUNCH_FAILED, RunStatus.CANCELLED})
+"""Final records: their process groups are never signalled again (group ids are reused); ``ftwiz --stop`` of
+such a run says it already finished and only reaps, by the run's tag, nodes the record lists as unreaped."""

@@ -128,18 +128,22 @@ class StoredRun:
 
 def stored_run(run_id: str | None, options: Any, say: Say) -> StoredRun | int:
     """The stored Slurm run ``run_id`` (default: the latest), or an exit code after saying what is wrong."""
-    from tui.launch.record import latest_run_id, load_record, runs_dir
+    from tui.launch.record import RunRecord, latest_run_id, runs_dir
+    from tui.launch.runindex import RunNotFound, find_run
 
     base = runs_dir(options.runs_dir)
     run_id = run_id or latest_run_id(base)
     if not run_id:
         say(f"ERROR: no run under {base}/; name one: ftwiz --attach RUN_ID")
         return EXIT_USAGE
-    try:
-        record = load_record(base, run_id)
-    except (OSError, ValueError) as exc:
-        say(f"ERROR: no readable record of run {run_id} under {base}/ ({exc})")
+    try:  # found from anywhere, read through the typed model (which refuses a job id that is not one)
+        where = find_run(run_id, options.runs_dir)
+        model = RunRecord.open(where.parent, run_id).model
+    except RunNotFound as exc:
+        say(f"ERROR: {exc}")
         return EXIT_USAGE
+    options.runs_dir = where.parent
+    record = model.model_dump(mode="json")
     info = record.get("slurm") or {}
     if not info.get("job_id") or not info.get("state_dir"):
         say(f"ERROR: run {run_id} was not launched on Slurm (its run.json has no slurm block); "

@@ -12,13 +12,30 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["JobInfo", "SlurmError", "cancel", "hostnames", "job_detail", "job_info", "node_addresses", "node_states", "submit"]
+__all__ = ["JOB_ID_PATTERN", "JobInfo", "SlurmError", "cancel", "hostnames", "job_detail", "job_info", "node_addresses", "node_states", "submit", "valid_job_id"]
 
 _TIMEOUT_S = 30.0
 
 
 class SlurmError(RuntimeError):
     """A Slurm command failed; the message names the command, what it said and the fix."""
+
+
+JOB_ID_PATTERN = r"\d+(_\d+)?"
+"""A Slurm job id: digits, or an array task ``<job>_<task>`` (matched whole: never an option like ``--me``)."""
+_JOB_ID = re.compile(JOB_ID_PATTERN)
+
+
+def valid_job_id(job_id: object) -> bool:
+    """True when ``job_id`` is a string that is a whole Slurm job id (:data:`JOB_ID_PATTERN`)."""
+    return isinstance(job_id, str) and _JOB_ID.fullmatch(job_id) is not None
+
+
+def _job(job_id: str) -> str:
+    """``job_id`` unchanged when valid; otherwise :class:`SlurmError` before any command runs with it."""
+    if not valid_job_id(job_id):
+        raise SlurmError(f"{job_id!r} is not a Slurm job id (digits, or <job>_<task>): refusing to pass it to Slurm")
+    return job_id
 
 
 def _run(argv: Sequence[str], *, stdin: str | None = None, timeout: float = _TIMEOUT_S) -> str:
@@ -40,7 +57,7 @@ def submit(options: Sequence[str], script: str) -> str:
     """``sbatch --parsable OPTIONS`` with ``script`` on stdin; returns the job id."""
     out = _run(["sbatch", "--parsable", *options], stdin=script).strip()
     job_id = out.split(";")[0].strip()
-    if not job_id.isdigit():
+    if not valid_job_id(job_id):
         raise SlurmError(f"sbatch printed {out!r} instead of a job id")
     return job_id
 
@@ -67,7 +84,7 @@ class JobInfo:
 
 def job_info(job_id: str) -> JobInfo:
     """The job's state, reason and nodes."""
-    out = _run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%T|%r|%N|%L"]).strip()
+    out = _run(["squeue", "-h", "--states=all", "-j", _job(job_id), "-o", "%T|%r|%N|%L"]).strip()
     if out:
         state, reason, nodelist, left = [*out.splitlines()[0].split("|"), "", "", ""][:4]
         return JobInfo(job_id, state, reason, nodelist, left)
@@ -83,6 +100,7 @@ def job_detail(job_id: str) -> dict[str, str]:
 
     ``JobState`` is the job's state even while it is still completing (squeue then says COMPLETING).
     """
+    _job(job_id)
     try:
         out = _run(["scontrol", "-o", "show", "job", job_id])
     except SlurmError:
@@ -121,7 +139,9 @@ def node_addresses(names: Sequence[str]) -> dict[str, str]:
 
 def cancel(job_id: str, *, step: str | None = None, signal: str | None = None) -> None:
     """``scancel JOB[.STEP]`` (with ``--signal`` when given); a job already gone is not an error."""
-    target = f"{job_id}.{step}" if step is not None else job_id
+    if step is not None and not step.isdigit():
+        raise SlurmError(f"{step!r} is not a job step number: refusing to pass it to scancel")
+    target = f"{_job(job_id)}.{step}" if step is not None else _job(job_id)
     argv = ["scancel", *([f"--signal={signal}"] if signal else []), target]
     try:
         _run(argv)
