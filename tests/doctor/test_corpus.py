@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -33,3 +34,15 @@ def test_a_bad_row_names_the_file_line_and_field(tmp_path):
     path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "id": "a-b-1-2", "kind": "healthy"}) + "\n")
     with pytest.raises(CorpusError, match=r"c\.jsonl:2: field 'cause' must be 'healthy'"):
         load_corpus(str(tmp_path))
+
+
+def test_every_line_a_signature_matches_passes_the_readers_cheap_prefilter():
+    """The log reader keeps only windows around lines holding one of its KEYWORDS: a line the signature
+    table would match, an exception line or a traceback start must never be skipped."""
+    from shared.doctor_signatures import match_line
+    from tui.doctor.logs import KEYWORDS
+
+    exception = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(?:Error|Exception)\b|Traceback \(most recent")
+    skipped = [(case.id, line[:120]) for case in load_corpus() for line in case.excerpt.splitlines()
+               if not any(word in line.lower().encode() for word in KEYWORDS) and (match_line(line) or exception.search(line))]
+    assert not skipped

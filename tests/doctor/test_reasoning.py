@@ -105,14 +105,15 @@ def test_sigkill_is_oom_host_confirmed_only_by_the_kernel(tmp_path):
     run, _ = _killed_run(tmp_path)
     asked = []
 
-    def kernel_yes(node, pid):
+    def kernel_yes(node, pid, at):
         asked.append((node, pid))
+        assert at is not None  # the kill's time goes to the agent: only a record near it counts
         return "Memory cgroup out of memory: Killed process 4242 (python3) total-vm:221368kB"
 
     confirmed = diagnose_run(run, kernel=kernel_yes)
     assert confirmed[0].cause == "oom.host" and confirmed[0].confirmed is True and (confirmed[0].node, confirmed[0].rank) == ("node1", 2)
     assert asked == [("node1", 4242)] and confirmed[0].evidence[0].file == "node1:kernel"
-    unconfirmed = diagnose_run(run, kernel=lambda node, pid: None)
+    unconfirmed = diagnose_run(run, kernel=lambda node, pid, at: None)
     assert unconfirmed[0].cause == "oom.host" and unconfirmed[0].confirmed is False
     assert "not the OOM killer" in unconfirmed[0].explanation
     assert "confirmed" not in as_json(diagnose_run(run))["diagnoses"][0]  # nobody asked: neither

@@ -21,8 +21,9 @@ from .model import Diagnosis, Evidence, Finding, LogLine
 
 __all__ = ["KernelLookup", "rank_findings"]
 
-#: ``(node, pid) -> the kernel's OOM-kill line for that pid, or None``; raises OSError when it cannot ask.
-KernelLookup = Callable[[str | None, int], str | None]
+#: ``(node, pid, unix time of the kill or None) -> the kernel's OOM-kill line for that pid near that time, or None``;
+#: raises OSError when it cannot ask or the node cannot read its kernel log (then nothing is concluded).
+KernelLookup = Callable[[str | None, int, float | None], str | None]
 
 _MAX_EVIDENCE = 4
 _FAILED_RE = re.compile(r"ChildFailedError|failed \(exitcode: -?\d+\)|^\s*exitcode\s*:\s*-?[1-9]")
@@ -45,7 +46,11 @@ def rank_findings(
     diagnoses.sort(key=lambda d: (d.echo, _time_key(d.time), -_weight(groups, d), d.node or "", -1 if d.rank is None else d.rank))
     first_root = next((d for d in diagnoses if not d.echo), None)
     for diag in diagnoses:
-        diag.fix = computed_fix(diag, record=record, lines=lines, first_root=first_root if diag.echo else None) or diag.fix
+        try:
+            fix = computed_fix(diag, record=record, lines=lines, first_root=first_root if diag.echo else None)
+        except (TypeError, ValueError, AttributeError):  # a record whose numbers are not numbers: the generic fix
+            fix = None
+        diag.fix = fix or diag.fix
     if not diagnoses and (_failed(record) or _failure_lines(lines)):
         diagnoses.append(_unknown(lines, record))
     return diagnoses
@@ -85,17 +90,17 @@ def _diagnosis(key: tuple[str, str | None, int | None], group: list[Finding], re
 
 def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Mapping[str, Any] | None, kernel: KernelLookup | None) -> None:
     """Ask the node's kernel whether it OOM-killed the pid; say plainly when nobody could ask."""
-    pids = [int(f.detail.split()[1]) for f in group if f.detail.startswith("pid ")]
-    if not pids:
+    kills = [(int(f.detail.split()[1]), f.where.time) for f in group if f.detail.startswith("pid ")]
+    if not kills:
         return
     if kernel is None:
-        diag.explanation += "; unconfirmed: the kernel's OOM record was not consulted (no agent for this log)"
+        diag.explanation += "; cannot confirm it was the OOM killer: the node's kernel log was not consulted (no agent for this log)"
         return
-    for pid in pids:
+    for pid, when in kills:
         try:
-            found = kernel(diag.node, pid)
+            found = kernel(diag.node, pid, when)
         except OSError as exc:
-            diag.explanation += f"; unconfirmed: could not read {diag.node}'s kernel log ({exc})"
+            diag.explanation += f"; cannot confirm it was the OOM killer: {diag.node}'s kernel log could not be read ({exc})"
             return
         if found:
             diag.confirmed = True
@@ -103,9 +108,9 @@ def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Mapping[str, Any
             diag.explanation = f"the kernel's OOM killer killed pid {pid} on {diag.node} (rank {diag.rank}): host memory ran out"
             return
     diag.confirmed = False
-    diag.explanation = (f"pid {pids[0]} on {diag.node} (rank {diag.rank}) was killed by SIGKILL that ftwiz did not send; "
-                        "the node's kernel has no OOM-kill record for it: something outside killed it (a user, a job "
-                        "scheduler, a watchdog), not the OOM killer")
+    diag.explanation = (f"pid {kills[0][0]} on {diag.node} (rank {diag.rank}) was killed by SIGKILL that ftwiz did not send; "
+                        "the node's kernel log, read around the kill, has no OOM-kill record for it: something outside killed "
+                        "it (a user, a job scheduler, a watchdog), not the OOM killer")
     diag.fix = "find who sent SIGKILL on that node (`journalctl --since`, the scheduler's log); the kernel did not OOM-kill it"
 
 
