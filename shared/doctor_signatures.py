@@ -84,11 +84,17 @@ class Signature:
     """True when surviving ranks print it after another rank's death (demoted below root causes)."""
     source: str
     """The public thread (or document) where this line was seen."""
+    fix: str = ""
+    """A fix for this line in particular (else the cause's fix in :data:`FIXES`)."""
 
 
-def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False) -> Signature:
-    return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source)
+def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False, fix: str = "") -> Signature:
+    return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source, fix)
 
+
+_NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torch has no NCCL): use the gloo backend there — "
+               "`--backend gloo` for a script that takes it, or init_process_group(\"nccl\" if torch.cuda.is_available() else \"gloo\") "
+               "— or run that node's ranks on CPU with `[[nodes]] cpu_ranks = N`")
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- GPU memory
@@ -145,6 +151,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"NCCL version mismatch|version mismatch|was compiled against|undefined symbol: nccl|"
          r"no kernel image is available for execution on the device", 9,
          "https://github.com/lllyasviel/Fooocus/issues/1313"),
+    # --- NCCL asked for where there is no GPU (a CPU-only torch, a node without GPUs)
+    _sig("version.skew", r"Distributed package doesn't have NCCL built in", 9,
+         "torch/distributed/distributed_c10d.py raises it when torch was built without NCCL (CPU-only, Windows, macOS wheels)", fix=_NO_GPU_FIX),
+    _sig("code.error", r"ProcessGroupNCCL is only supported with GPUs|NCCL backend requires? (?:a )?GPU", 9,
+         "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp raises it for init_process_group('nccl') with no GPU visible", fix=_NO_GPU_FIX),
     # --- disk
     _sig("disk.full", r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]", 10,
          "https://github.com/hiyouga/LlamaFactory/issues/5155"),

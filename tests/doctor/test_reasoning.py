@@ -2,7 +2,7 @@
 
 The log lines below are *constructed* in the shapes ftwiz writes (``node/rank | text``) and torch prints
 (glog stamps, torchrun's "failed (exitcode: -9)" line); the real shapes are exercised by the quoted
-excerpts (test_excerpts.py) and the induced failures (test_induced.py).
+corpus (test_corpus.py) and the induced failures (test_induced.py).
 """
 
 from __future__ import annotations
@@ -210,3 +210,45 @@ def test_a_checklist_warning_the_run_went_past_is_cited():
     assert "rendezvous.port_free FAIL on node0: port 29500 held by pid 77" in cited[0].explanation
     assert "--force" in cited[0].explanation and "net.mtu" not in cited[0].explanation
     assert cited[1].explanation == "A peer went away."  # echoes cite nothing
+
+
+def test_unknown_names_the_first_error_of_the_first_failing_rank_not_the_launchers_summary(tmp_path):
+    path = _write(tmp_path, "node0.log", [
+        "node0/1 | step 3 loss 1.25",
+        "node0/2 | [2026-11-22 06:12:20] worker ready",
+        "node0/2 | [2026-11-22 06:12:21] xformers.ops.fmha.common.NotSupportedInputError: No operator found for `memory_efficient_attention_forward`",
+        "node0/1 | [2026-11-22 06:12:22] SomeLibError: a later one on another rank",
+        "node0/- | E1122 06:12:24.825000 21357 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 2 (pid: 77)",
+        "node0/- | torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    ])
+    first = diagnose_files([path])[0]
+    assert (first.cause, first.node, first.rank) == ("unknown", "node0", 2)
+    assert first.evidence[0].line == 3 and "NotSupportedInputError" in first.explanation
+
+
+def test_ftwizs_own_error_lines_are_the_diagnosis_naming_the_file(tmp_path):
+    missing = ('train.py not found in /srv/run/code: [job].command resolves inside the shipped code_dir (or the node\'s '
+               'workdir when code_dir = ""); fix the path or code_dir')
+    path = _write(tmp_path, "node1.log", [
+        "node1/3 | " + json.dumps({"ftwiz": "error", "rank": 3, "message": missing, "time": 1763800000.0}),
+        "node1/- | torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    ])
+    first = diagnose_files([path])[0]
+    assert (first.cause, first.node, first.rank) == ("code.error", "node1", 3)
+    assert "train.py not found in /srv/run/code" in first.explanation and first.fix == "fix the path or code_dir"
+    data = _write(tmp_path / "d", "node0.log", ["ftwiz: error (rank 0): data/train.jsonl line 7: not valid JSON (Expecting value at column 1); "
+                                                "each line must be an object"]) if (tmp_path / "d").mkdir() is None else None
+    assert data is not None and diagnose_files([data])[0].cause == "data.invalid"
+    package = _write(tmp_path, "node2.log", ['node2/0 | {"ftwiz": "error", "rank": 0, "message": "ModuleNotFoundError: No module named \'peft\'"}'])
+    assert diagnose_files([package])[0].cause == "version.skew"
+    oom = _write(tmp_path, "node3.log", ['node3/1 | {"ftwiz": "error", "rank": 1, "message": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"}'])
+    assert diagnose_files([oom])[0].cause == "oom.gpu"
+
+
+def test_nccl_asked_for_on_a_node_without_a_gpu_says_gloo_or_cpu_ranks(tmp_path):
+    for text in ("RuntimeError: Distributed package doesn't have NCCL built in",
+                 "RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!"):
+        path = _write(tmp_path, "node0.log", ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
+                                              '    dist.init_process_group("nccl")', text])
+        first = diagnose_files([path])[0]
+        assert "--backend gloo" in first.fix and "cpu_ranks = N" in first.fix, first
