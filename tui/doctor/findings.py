@@ -29,6 +29,7 @@ _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (
 _EXC_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)|[A-Za-z_][\w.]*Error\b)(?::\s?(?P<msg>.*))?$")
 _LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen", "/torch/", "<string>")
 _ECHO_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "DistNetworkError", "SignalException", "KeyboardInterrupt")
+_PID_RE = re.compile(r"exitcode\s*:\s*-9 \(pid: (\d+)\)")
 _FTWIZ_ERROR_RE = re.compile(r"ftwiz: error \(rank (?P<rank>\d+)\): (?P<message>.+)$")
 _DATA_RE = re.compile(r"^dataset |\.(?:jsonl?|csv|parquet) line \d+|^record at line \d+|not UTF-8 text|expected a JSON object|"
                       r"unknown record shape|\"messages\" must|\"input\" must", re.IGNORECASE)
@@ -81,7 +82,9 @@ def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], in
             findings.append(Finding("oom.host", 6, False, where, detail=f"pid {pid} was killed by SIGKILL", source=_SIGNAL_SOURCE))
             continue
         for sig in match_line(text)[:1]:
-            findings.append(Finding(sig.cause, sig.weight, sig.echo, line, source=sig.source, fix=sig.fix))
+            summary = _PID_RE.search(text) if sig.cause == "oom.host" else None
+            detail = f"pid {summary.group(1)} was killed by SIGKILL" if summary else ""  # torchrun's summary: checked like a kill line
+            findings.append(Finding(sig.cause, sig.weight, sig.echo, line, detail=detail, source=sig.source, fix=sig.fix))
     return findings
 
 

@@ -88,7 +88,8 @@ KEYWORDS: tuple[bytes, ...] = (
     b"quota", b"full", b"gated", b"identifier", b"connect", b"nan", b": inf", b"=inf", b"d inf", b"finite", b"unused",
     b"expects", b"fsdp", b"not found", b"valid", b"no such", b'started"', b'file "', b"signal", b"fatal", b"preempt",
     b"due to", b"overflow", b"minimum", b"rendezvous", b"terminat", b"assert", b"core dump", b"unrecogni", b"no module",
-    b"loss\": null",
+    b"loss\": null", b"bad_alloc", b"missing ranks", b"watchdog", b"couldn", b"offline", b"p2p", b"compiled without",
+    b"ready only once", b"twice", b"did not receive", b"flatten", b"oom",
 )
 def open_regular(path: Path) -> int:
     """An fd open for reading on ``path``; :class:`NotARegularFile` for a FIFO, device or directory (never blocks)."""
