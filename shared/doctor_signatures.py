@@ -99,7 +99,8 @@ _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torc
 SIGNATURES: tuple[Signature, ...] = (
     # --- GPU memory
     _sig("oom.gpu", r"(?:CUDA|HIP|GPU|XPU) out of memory|OutOfMemoryError: (?:CUDA|HIP)|torch\.(?:cuda\.)?OutOfMemoryError|"
-         r"CUBLAS_STATUS_ALLOC_FAILED|CUDA error: out of memory|cudaErrorMemoryAllocation|hipErrorOutOfMemory", 10,
+         r"CUBLAS_STATUS_ALLOC_FAILED|CUDA error: out of memory|cudaErrorMemoryAllocation|hipErrorOutOfMemory|"
+         r"CUDA_ERROR_OUT_OF_MEMORY|OOM when allocating tensor|RESOURCE_EXHAUSTED: Out of memory", 10,
          "https://github.com/RLinf/RLinf/issues/255; ROCm/TheRock#1054, salesforce/CodeGen2#3 (HIP's words)"),
     # NCCL's own allocations (``NCCL WARN Cuda failure 2 'out of memory'``), often beside louder follow-on errors
     _sig("oom.gpu", r"Cuda failure \d* ?'out of memory'|Cuda failure 2\b", 9,
@@ -116,7 +117,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DataLoader worker \(pid \d+\) is killed by signal: Killed", 8,
          "bakwc/JamSpell#43, reachsumit/deep-unet-for-satellite-image-segmentation#18, hezhangsprinter/DCPDN#12"),
     _sig("oom.host", r"exits with return code = -9|exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received by PID|"
-         r"died with <Signals\.SIGKILL: 9>", 7,
+         r"died with <Signals\.SIGKILL: 9>|exit (?:code|status) 137\b|non-zero exit status -9\b|\bOOMKilled\b|^\s*Killed\s*$", 7,
          "liucongg/ChatGLM-Finetuning#102 (DeepSpeed launcher), lzhxmu/CPPO#6, apple/ml-recurrent-drafter#5 (torchrun summary)"),
     # --- Slurm ended the job (slurmstepd's words, and ftwiz's runs/<id>/_slurm.log: JobState=...)
     _sig("slurm.time_limit", r"DUE TO TIME LIMIT|JobState=(?:TIMEOUT|DEADLINE)\b", 10,
@@ -140,12 +141,13 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/pytorch/pytorch/issues/118369", echo=True),
     # the watchdog's stack frames without its headline line, and Horovod's stall report
     _sig("nccl.timeout", r"ncclCommWatchdog|WorkNCCL::checkTimeout|Some NCCL operations have failed or timed out|"
-         r"\[missing ranks: [\d, ]+\]", 4,
+         r"\[missing ranks: [\d, ]+\]|watchdog got stuck|Heartbeat monitor timed out", 4,
          "hiyouga/LLaMA-Factory#6849, horovod/horovod#457", echo=True),
     # --- rendezvous
     _sig("rendezvous", r"RendezvousConnectionError|The connection to the C10d store has failed", 8,
          "https://github.com/pytorch/pytorch/issues/67547"),
     _sig("rendezvous", r"RendezvousTimeoutError|The client socket has timed out after \d+ ?ms while trying to connect|"
+         r"The client socket has failed to connect to|"
          r"connect\(\) timed out\. Original timeout", 8,
          "https://github.com/intel/torch-xpu-ops/issues/2119"),
     _sig("rendezvous", r"RendezvousClosedError", 3, "https://github.com/kubeflow/trainer/issues/1638", echo=True),
@@ -162,6 +164,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/NVIDIA/nccl/issues/1837"),
     _sig("net.interface", r"Bootstrap : no socket interface|Cannot assign requested address", 7,
          "https://github.com/NVIDIA/nccl/issues/210"),
+    # a hostname that does not resolve (the Hub's own name is hub.access, below, with a higher weight)
+    _sig("net.interface", r"Name or service not known|Temporary failure in name resolution|getaddrinfo failed", 6,
+         "README's net.interface: hostname resolution"),
     # gloo connecting to a loopback address: the hostname resolves to 127.0.1.1 on that node
     _sig("net.interface", r"connect \[127\.\d+\.\d+\.\d+\]:\d+: Connection refused", 8, "pytorch/pytorch#15592"),
     # NCCL's bootstrap cannot connect to the address a peer advertised (a docker bridge, a wrong NIC)
@@ -173,7 +178,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/RVC-Project/Retrieval-based-Voice-Conversion-WebUI/issues/1882", echo=True),
     # --- P2P / IB transport
     _sig("p2p.topology", r"NET/IB ?: Got completion from peer .* (?:status=|with error )\d+|ibv_create_qp failed|ibv_modify_qp failed|"
-         r"cudaErrorPeerAccess|peer access is not supported|NCCL WARN .*P2P|IO_PAGE_FAULT", 8,
+         r"cudaErrorPeerAccess|peer access is not supported|NCCL WARN .*P2P|IO_PAGE_FAULT|cudaIpcOpenMemHandle|"
+         r"IBV_WC_\w+_ERR|transport retry counter exceeded", 8,
          "https://github.com/NVIDIA/nccl/issues/1129"),
     # consumer GPUs refusing P2P/IB: accelerate's check names the variables to set
     _sig("p2p.topology", r"doesn't support faster communication broadband via P2P or IB|Please set `?NCCL_P2P_DISABLE", 9,
@@ -185,7 +191,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/lllyasviel/Fooocus/issues/1313; IEIT-Yuan/Yuan-2.0#65 (driver too old, as a UserWarning)"),
     _sig("version.skew", r"undefined symbol: |hipErrorNoBinaryForGpu|Cannot retrieve Static function, error: 218|"
          r"CUDA Setup failed despite GPU being available|Required library version not found: libbitsandbytes|"
-         r"compiled without GPU support", 8,
+         r"compiled without GPU support|Torch not compiled with CUDA enabled|is not compatible with the current PyTorch installation|"
+         r"invalid device function|cannot open shared object file|version `GLIBC_[\d.]+' not found|"
+         r"requires? (?:torch|transformers|accelerate|deepspeed|peft|trl|bitsandbytes)\s*>=\s*\d", 8,
          "facebookresearch/bitsandbytes#21, bitsandbytes-foundation/bitsandbytes#1522, #138, ROCm/rocm-systems#2805"),
     # --- NCCL asked for where there is no GPU (a CPU-only torch, a node without GPUs)
     _sig("version.skew", r"Distributed package doesn't have NCCL built in", 9,
@@ -193,7 +201,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("code.error", r"ProcessGroupNCCL is only supported with GPUs|NCCL backend requires? (?:a )?GPU", 9,
          "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp raises it for init_process_group('nccl') with no GPU visible", fix=_NO_GPU_FIX),
     # --- disk
-    _sig("disk.full", r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]", 10,
+    _sig("disk.full", r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]|"
+         r"Not enough (?:free )?disk space", 10,
          "https://github.com/hiyouga/LlamaFactory/issues/5155"),
     # torch.save's writer failing (a full disk), and a full /dev/shm (DataLoader workers, NCCL's segments)
     _sig("disk.full", r"PytorchStreamWriter failed writing file|insufficient shared memory \(shm\)|"
@@ -203,11 +212,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("hub.access", r"GatedRepoError|Cannot access gated repo|401 Client Error|403 Client Error|"
          r"RepositoryNotFoundError|is not a valid model identifier|LocalEntryNotFoundError|"
          r"couldn't connect to 'https://huggingface\.co'|HFValidationError|Repo id must (?:use alphanumeric|be in the form)|"
-         r"OfflineModeIsEnabled", 9,
+         r"OfflineModeIsEnabled|gated repo|Access to model \S+ is restricted|Repository Not Found for url|"
+         r"Invalid (?:user )?token|Invalid credentials in Authorization header|"
+         r"huggingface\.co.*(?:Max retries exceeded|NameResolutionError|ConnectTimeout|ReadTimeout)", 9,
          "https://github.com/ml-explore/mlx-examples/issues/759; chflame163/ComfyUI_LayerStyle_Advance#110 (repo id validation)"),
     # --- loss
     _sig("loss.nan", r"\b(?:loss|grad[ _]norm)\b['\"]?\s*[:=]?\s*['\"]?-?(?:nan|inf)\b|Loss is NaN|nan loss|"
-         r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)", 8,
+         r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)|Loss became infinite or NaN|"
+         r"loss is not finite|returned nan values in its \d+th output|NaN or Inf found in input tensor", 8,
          "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396, hpcaitech/ColossalAI#3439"),
     # the fp16 loss scale driven to its floor: not warm-up any more
     _sig("loss.nan", r"Current loss scale already at minimum|reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+|0)\b|"
@@ -220,7 +232,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/pytorch/pytorch/issues/57473"),
     # DDP's follow-on lines (reentrant checkpointing, shared parameters) and FSDP's flattening
     _sig("ddp.usage", r"Expected to mark a variable ready only once|marked (?:as )?ready twice|did not receive grad for rank|"
-         r"Must flatten tensors with uniform dtype", 9,
+         r"Must flatten tensors with uniform dtype|Detected mismatch between collectives on ranks", 9,
          "FlagOpen/FlagEmbedding#1155, huggingface/transformers#23728, pytorch/pytorch#70099, huggingface/peft#484"),
     # --- a launcher/script mismatch: torch >= 2.0 passes --local-rank, an old script only takes --local_rank
     _sig("code.error", r"error: unrecognized arguments: --local[-_]rank", 9,
@@ -246,6 +258,9 @@ NORMAL: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p i
     r"Gradient overflow\.\s+Skipping step(?!.*reducing loss scale to (?:0\.|\d(?:\.\d+)?e-|0\b))",
     r"OVERFLOW! Rank \d+ Skipping step\.(?!.*reducing to [01]\b)",
     r"Setting OMP_NUM_THREADS environment variable",
+    # c10d's socket warnings: a client retrying the store before the master is up (a failure ends in an error line)
+    r"^\s*\[?W(?:\d{4} [\d:.]+(?: +\d+)?)? (?:\S+/)?socket\.cpp:\d+\] \[c10d\] "
+    r"(?:The client socket has (?:timed out|failed to connect)|The hostname of the client socket)",
     r"^\*{5,}$",
 ))
 #: Warnings: normal unless they carry a certain signature (weight >= :data:`WARNING_OVERRIDE`), as a

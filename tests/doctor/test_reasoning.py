@@ -252,3 +252,23 @@ def test_nccl_asked_for_on_a_node_without_a_gpu_says_gloo_or_cpu_ranks(tmp_path)
                                               '    dist.init_process_group("nccl")', text])
         first = diagnose_files([path])[0]
         assert "--backend gloo" in first.fix and "cpu_ranks = N" in first.fix, first
+
+
+def test_a_slurm_reason_line_outranks_an_earlier_generic_cancelled_line(tmp_path):
+    path = _write(tmp_path, "node0.log", [
+        "slurmstepd: error: *** STEP 4242.0 ON n1 CANCELLED AT 2024-01-05T14:27:50 ***",
+        "slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2024-01-05T14:27:51 DUE TO PREEMPTION ***",
+    ])
+    assert [d.cause for d in diagnose_files([path])][:2] == ["slurm.preempted", "slurm.cancelled"]
+    alone = _write(tmp_path, "node1.log", ["slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2024-01-05T14:27:50 ***"])
+    assert diagnose_files([alone])[0].cause == "slurm.cancelled"  # scancel, and nothing else said
+
+
+def test_an_nccl_warn_line_beats_the_louder_peer_closed_noise(tmp_path):
+    path = _write(tmp_path, "node0.log", [
+        "host1:2999605:3004403 [0] NCCL INFO comm 0x55 rank 0 nranks 8 cudaDev 0 busId 1b000 - Init COMPLETE",
+        "host1:2999605:3004403 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'",
+        "[rank0]: torch.distributed.DistBackendError: NCCL error: remote process exited or there was a network error",
+        "[rank1]: RuntimeError: Connection closed by peer [10.0.0.2]:4242",
+    ])
+    assert diagnose_files([path])[0].cause == "oom.gpu"
