@@ -189,6 +189,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"NCCL version mismatch|version mismatch|was compiled against|undefined symbol: nccl|"
          r"no kernel image is available for execution on the device", 9,
          "https://github.com/lllyasviel/Fooocus/issues/1313; IEIT-Yuan/Yuan-2.0#65 (driver too old, as a UserWarning)"),
+    _sig("version.skew", r"cannot import name '\w+' from '[\w.]+'", 7,
+         "an API that moved between library versions (transformers, peft, accelerate, torch)"),
     _sig("version.skew", r"undefined symbol: |hipErrorNoBinaryForGpu|Cannot retrieve Static function, error: 218|"
          r"CUDA Setup failed despite GPU being available|Required library version not found: libbitsandbytes|"
          r"compiled without GPU support|Torch not compiled with CUDA enabled|is not compatible with the current PyTorch installation|"
@@ -204,6 +206,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("disk.full", r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]|"
          r"Not enough (?:free )?disk space", 10,
          "https://github.com/hiyouga/LlamaFactory/issues/5155"),
+    # a worker killed by SIGBUS: /dev/shm full (DataLoader workers in a container with the default 64 MB)
+    _sig("disk.full", r"Signal 7 \(SIGBUS\) received|exitcode\s*:\s*-7\b|failed \(exitcode: -7\)|\bBus error\b", 6,
+         "pangeo-data/pangeo-docker-images#258 (bus error in DataLoader workers: shared memory)"),
     # torch.save's writer failing (a full disk), and a full /dev/shm (DataLoader workers, NCCL's segments)
     _sig("disk.full", r"PytorchStreamWriter failed writing file|insufficient shared memory \(shm\)|"
          r"failed to extend /dev/shm|Error while creating shared memory segment|unable to write to file </torch_", 9,

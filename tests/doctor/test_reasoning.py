@@ -272,3 +272,19 @@ def test_an_nccl_warn_line_beats_the_louder_peer_closed_noise(tmp_path):
         "[rank1]: RuntimeError: Connection closed by peer [10.0.0.2]:4242",
     ])
     assert diagnose_files([path])[0].cause == "oom.gpu"
+
+
+def test_a_notebook_traceback_is_read_whole(tmp_path):
+    path = _write(tmp_path, "node0.log", [
+        "ValueError                                Traceback (most recent call last)",
+        "Cell In[8], line 1",
+        "----> 1 trainer_stats = trainer.train()",
+        "",
+        "File ~/work/train_helpers.py:36, in train(self, resume_from_checkpoint)",
+        "     35 batch = next(loader)",
+        "---> 36 check(batch)",
+        "",
+        "ValueError: batch 3 has no labels",
+    ])
+    first = diagnose_files([path])[0]
+    assert first.cause == "code.error" and "train_helpers.py:36" in first.explanation, first

@@ -39,10 +39,18 @@ _FTWIZ_SOURCE = "agent/workloads/errors.py, agent/workloads/usercode.py (ftwiz's
 _SIGNAL_SOURCE = "https://github.com/pytorch/pytorch/issues/76287 (torchrun: 'failed (exitcode: -9)' for a SIGKILLed worker)"
 
 
+#: IPython/Jupyter's traceback: ``ValueError      Traceback (most recent call last)``, ``Cell In[8], line 1``,
+#: ``File ~/x.py:47, in f()``, code lines ``----> 1 f()`` / ``     36 x = 1``.
+_IPY_HEAD_RE = re.compile(r"^[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)")
+_IPY_FRAME_RE = re.compile(r"^(?:Cell In\[\d+\], line (?P<cell>\d+)|File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>.+))?)$")
+_IPY_CODE_RE = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*-+>")
+
+
 @dataclass
 class _Traceback:
     start: LogLine
     frames: list[tuple[LogLine, str, int, str]] = field(default_factory=list)
+    ipython: bool = False
 
 
 def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], int] | None = None) -> list[Finding]:
@@ -52,8 +60,8 @@ def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], in
     for line in lines:
         stream = (line.file, line.rank)
         text = line.text
-        if text.startswith("Traceback (most recent call last):"):
-            open_tb[stream] = _Traceback(line)
+        if text.startswith("Traceback (most recent call last):") or _IPY_HEAD_RE.match(text):
+            open_tb[stream] = _Traceback(line, ipython=not text.startswith("Traceback"))
             continue
         tb = open_tb.get(stream)
         if tb is not None:
@@ -61,6 +69,15 @@ def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], in
             if frame:
                 tb.frames.append((line, frame.group("file"), int(frame.group("line")), (frame.group("func") or "").strip()))
                 continue
+            if tb.ipython:
+                cell = _IPY_FRAME_RE.match(text.strip())
+                if cell:
+                    file = cell.group("file") or "<notebook cell>"
+                    number = int(cell.group("line") or cell.group("cell"))
+                    tb.frames.append((line, file, number, (cell.group("func") or "").strip()))
+                    continue
+                if _IPY_CODE_RE.match(text):
+                    continue
             if text.startswith((" ", "\t")) or not text.strip() or text.lstrip().startswith(("^", "~")):
                 continue
             exc = _EXC_RE.match(text.strip())
