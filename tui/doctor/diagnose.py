@@ -83,15 +83,17 @@ def _diagnosis(key: tuple[str, str | None, int | None], group: list[Finding], re
             if item not in evidence and len(evidence) < _MAX_EVIDENCE:
                 evidence.append(item)
     first = group[0]
+    # A traceback read whole says more (file:line in your code) than the one-line report of the same exception.
+    detail = next((f.detail for f in group if f.extra and f.detail), first.detail)
     where = f"{node or '?'}/rank {rank}" if rank is not None else node
     explanation = f"{CAUSES[cause]} on {where}" if where else CAUSES[cause]
-    if first.detail:
-        explanation += f": {first.detail}"
+    if detail:
+        explanation += f": {detail}"
     if len(group) > 1:
         explanation += f" ({len(group)} lines)"
     own = next((f.fix for f in group if f.fix), "")
     diag = Diagnosis(cause, node, rank, evidence, explanation, own or FIXES[cause], echo=all(f.echo for f in group),
-                     time=min((f.where.time for f in group if f.where.time is not None), default=None), detail=first.detail,
+                     time=min((f.where.time for f in group if f.where.time is not None), default=None), detail=detail,
                      own_fix=bool(own))
     if cause == "oom.host":
         _confirm_oom(diag, group, record, kernel)
