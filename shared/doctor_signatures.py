@@ -151,6 +151,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"connect\(\) timed out\. Original timeout", 8,
          "https://github.com/intel/torch-xpu-ops/issues/2119"),
     _sig("rendezvous", r"RendezvousClosedError", 3, "https://github.com/kubeflow/trainer/issues/1638", echo=True),
+    _sig("rendezvous", r"\(errno: 11[13] - (?:Connection refused|No route to host)\)|[Ww]ait timeout after \d+ ?ms, keys:", 7,
+         "c10d's TCPStore: the store's port refuses or cannot be routed to, or a key never arrives during init"),
     _sig("rendezvous", r"DistStoreError: Timed out after \d+ seconds waiting for clients|"
          r"Timed out initializing process group in store based barrier", 8,
          "OpenRLHF/OpenRLHF#1040, Liuziyu77/Visual-RFT#123 (the store waits for clients that never join)"),
@@ -179,7 +181,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- P2P / IB transport
     _sig("p2p.topology", r"NET/IB ?: Got completion from peer .* (?:status=|with error )\d+|ibv_create_qp failed|ibv_modify_qp failed|"
          r"cudaErrorPeerAccess|peer access is not supported|NCCL WARN .*P2P|IO_PAGE_FAULT|cudaIpcOpenMemHandle|"
-         r"IBV_WC_\w+_ERR|transport retry counter exceeded", 8,
+         r"IBV_WC_\w+_ERR|transport retry counter exceeded|Call to ibv_\w+ failed|ibv_reg_mr failed|"
+         r"NET/IB ?: .*(?:async event|port error|local access violation)|ACSCtl:\s*SrcValid\+", 8,
          "https://github.com/NVIDIA/nccl/issues/1129"),
     # consumer GPUs refusing P2P/IB: accelerate's check names the variables to set
     _sig("p2p.topology", r"doesn't support faster communication broadband via P2P or IB|Please set `?NCCL_P2P_DISABLE", 9,
