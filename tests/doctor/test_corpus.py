@@ -1,4 +1,9 @@
-"""The doctor on the corpus of real public logs (tests/doctor/corpus/, the frozen split of its SPLIT.md)."""
+"""The doctor on the corpus of real public logs (tests/doctor/corpus/, the frozen split of its SPLIT.md).
+
+The corpus read is ``tests/doctor/corpus/*.jsonl`` plus the directories in ``$FTWIZ_CORPUS_DIRS``. The
+accuracy gates hold on the held-out set, which no signature was tuned on; the ``merged_corpus`` tests read the
+collectors' merged files (they fail on the 43 legacy excerpts alone).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,41 @@ import re
 
 import pytest
 
+from tests.doctor.accuracy import score, summarize
 from tests.doctor.corpus import CorpusError, held_out, load_corpus, parse_row
+
+
+@pytest.fixture(scope="module")
+def scored():
+    return score(load_corpus())
+
+
+#: The issue asks for 85 % and no healthy false alarm. Measured when the tuning stopped (collectors' files of
+#: 2026-11-24, 129 fair held-out failures, 16 held-out healthy logs): 108/129 = 83.7 %, 1 wrong cause, one
+#: held-out healthy log diagnosed. These floors keep that from regressing; raising them to the issue's
+#: targets is the open work (never by tuning on the held-out set).
+HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.83, 0.03, 1
+
+
+@pytest.mark.merged_corpus
+def test_held_out_first_cause_accuracy_wrong_causes_and_false_alarms(scored):
+    held = summarize([s for s in scored if s.case.held_out])
+    assert held.fair >= 100, f"only {held.fair} held-out fair failures: the collectors' files are not merged"
+    assert held.accuracy >= HELD_OUT_ACCURACY, f"held-out fair first-cause accuracy {held.fair_right}/{held.fair}"
+    assert held.wrong_rate <= HELD_OUT_WRONG, f"held-out wrong causes {held.wrong_fair}/{held.fair}"
+    alarms = [s for s in scored if s.case.kind == "healthy" and not s.right]
+    tuning = [s.case.id for s in alarms if not s.case.held_out]  # held-out ones are counted, never named
+    assert not tuning, f"tuning-set healthy logs given a diagnosis: {tuning}"
+    assert len(alarms) <= HEALTHY_ALARMS, f"{len(alarms)} healthy logs given a diagnosis ({len(alarms) - len(tuning)} held out)"
+
+
+@pytest.mark.merged_corpus
+def test_the_corpus_is_as_large_as_the_issue_asks():
+    cases = load_corpus()
+    held = [c for c in cases if c.held_out]
+    assert len(cases) >= 300 and len({c.thread for c in cases}) >= 250, (len(cases), len({c.thread for c in cases}))
+    assert len(held) >= 100, len(held)
+    assert sum(c.kind == "healthy" for c in cases) >= 30
 
 
 def test_every_corpus_row_is_valid_and_ids_are_unique():
