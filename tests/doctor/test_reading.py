@@ -17,7 +17,7 @@ from tui.doctor.cli import why_main
 from tui.doctor.logs import read_log
 from tui.launch.commands import attach
 from tui.launch.options import RunOptions
-from tui.launch.record import RecordError, latest_run_id, read_record
+from tui.launch.record import latest_run_id
 
 _OOM = "[rank3]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
 
@@ -72,8 +72,6 @@ def test_a_hostile_run_json_is_one_line_and_exit_2_for_why_and_attach(tmp_path, 
     (runs / "bad" / "run.json").write_text(_HOSTILE[name])
     (runs / "bad" / "node0.log").write_text(_OOM + "\n")
     monkeypatch.setenv("FTWIZ_RUNS_DIR", str(runs))
-    with pytest.raises(RecordError):
-        read_record(runs / "bad" / "run.json")
     assert why_main(run_id="bad", files=None, json_output=False) == 2
     said = capsys.readouterr().err.strip()
     assert len(said.splitlines()) == 1 and "bad/run.json" in said and len(said) < 400, said
