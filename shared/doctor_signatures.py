@@ -84,21 +84,41 @@ class Signature:
     """True when surviving ranks print it after another rank's death (demoted below root causes)."""
     source: str
     """The public thread (or document) where this line was seen."""
+    fix: str = ""
+    """A fix for this line in particular (else the cause's fix in :data:`FIXES`)."""
 
 
-def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False) -> Signature:
-    return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source)
+def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False, fix: str = "") -> Signature:
+    return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source, fix)
 
+
+_NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torch has no NCCL): use the gloo backend there — "
+               "`--backend gloo` for a script that takes it, or init_process_group(\"nccl\" if torch.cuda.is_available() else \"gloo\") "
+               "— or run that node's ranks on CPU with `[[nodes]] cpu_ranks = N`")
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- GPU memory
-    _sig("oom.gpu", r"CUDA out of memory|OutOfMemoryError: CUDA|CUBLAS_STATUS_ALLOC_FAILED", 10,
-         "https://github.com/RLinf/RLinf/issues/255"),
+    _sig("oom.gpu", r"(?:CUDA|HIP|GPU|XPU) out of memory|OutOfMemoryError: (?:CUDA|HIP)|torch\.(?:cuda\.)?OutOfMemoryError|"
+         r"CUBLAS_STATUS_ALLOC_FAILED|CUDA error: out of memory|cudaErrorMemoryAllocation|hipErrorOutOfMemory|"
+         r"CUDA_ERROR_OUT_OF_MEMORY|OOM when allocating tensor|RESOURCE_EXHAUSTED: Out of memory", 10,
+         "https://github.com/RLinf/RLinf/issues/255; ROCm/TheRock#1054, salesforce/CodeGen2#3 (HIP's words)"),
+    # NCCL's own allocations (``NCCL WARN Cuda failure 2 'out of memory'``), often beside louder follow-on errors
+    _sig("oom.gpu", r"Cuda failure \d* ?'out of memory'|Cuda failure 2\b", 9,
+         "NVIDIA/TensorRT-LLM#1670, NVIDIA-NeMo/Megatron-Bridge#771, huggingface/peft#1703"),
     # --- host memory (the kernel's own words, when a log carries dmesg lines)
     _sig("oom.host", r"Out of memory: Killed process|oom-kill:|Memory cgroup out of memory", 9,
          "https://www.kernel.org/doc/html/latest/admin-guide/cgroup-v2.html (memory.max: the OOM killer is invoked)"),
     _sig("oom.host", r"Detected \d+ oom[-_]kill events?|task \d+: Out Of Memory|JobState=OUT_OF_MEMORY\b", 9,
          "https://github.com/hafs-community/HAFS/issues/101"),
+    _sig("oom.host", r"invoked oom-killer|oom_reaper: reaped process|Killed process \d+ \(", 8,
+         "mozilla/DeepSpeech#2055 (the kernel's OOM-killer report in syslog)"),
+    # --- host memory in the allocator's or the launcher's words
+    _sig("oom.host", r"std::bad_alloc|memory allocation of \d+ bytes failed|Cannot allocate memory|"
+         r"DataLoader worker \(pid \d+\) is killed by signal: Killed", 8,
+         "bakwc/JamSpell#43, reachsumit/deep-unet-for-satellite-image-segmentation#18, hezhangsprinter/DCPDN#12"),
+    _sig("oom.host", r"exits with return code = -9|exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received by PID|"
+         r"died with <Signals\.SIGKILL: 9>|exit (?:code|status) 137\b|non-zero exit status -9\b|\bOOMKilled\b|^\s*Killed\s*$", 7,
+         "liucongg/ChatGLM-Finetuning#102 (DeepSpeed launcher), lzhxmu/CPPO#6, apple/ml-recurrent-drafter#5 (torchrun summary)"),
     # --- Slurm ended the job (slurmstepd's words, and ftwiz's runs/<id>/_slurm.log: JobState=...)
     _sig("slurm.time_limit", r"DUE TO TIME LIMIT|JobState=(?:TIMEOUT|DEADLINE)\b", 10,
          "https://github.com/ZettaAI/zetta_utils/issues/671"),
@@ -107,21 +127,35 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("slurm.node_fail", r"error: Node failure on \S+", 9, "https://github.com/nebius/soperator/issues/854"),
     _sig("slurm.preempted", r"DUE TO PREEMPTION|JobState=PREEMPTED\b", 10,
          "https://github.com/SystemsGenetics/GEMmaker/pull/242"),
-    _sig("slurm.cancelled", r"JobState=CANCELLED\b|\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ \*\*\*", 6,
-         "https://github.com/Snakemake-Profiles/slurm/pull/22"),
+    _sig("slurm.cancelled", r"JobState=CANCELLED\b", 6, "https://github.com/Snakemake-Profiles/slurm/pull/22"),
+    # A generic CANCELLED line (no DUE TO reason) is also what srun prints when a task failed first: an echo that
+    # never outranks a root cause (a reason line, the task's own error).
+    _sig("slurm.cancelled", r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+ \*\*\*", 2,
+         "https://github.com/Snakemake-Profiles/slurm/pull/22; pytorch/pytorch#116974 (srun cancels the step after a task failed)",
+         echo=True),
     # --- watchdog timeouts (a symptom: some other rank stopped first)
     _sig("nccl.timeout", r"Watchdog caught collective operation timeout", 6,
          "https://github.com/hiyouga/LlamaFactory/issues/7396", echo=True),
     _sig("nccl.timeout", r"\[Rank \d+\] .*timed out|Timed out waiting \d+ms for recv operation|"
          r"Gloo .*timed out|Socket Timeout|NCCL communicator was aborted", 5,
          "https://github.com/pytorch/pytorch/issues/118369", echo=True),
+    # the watchdog's stack frames without its headline line, and Horovod's stall report
+    _sig("nccl.timeout", r"ncclCommWatchdog|WorkNCCL::checkTimeout|Some NCCL operations have failed or timed out|"
+         r"\[missing ranks: [\d, ]+\]|watchdog got stuck|Heartbeat monitor timed out", 4,
+         "hiyouga/LLaMA-Factory#6849, horovod/horovod#457", echo=True),
     # --- rendezvous
     _sig("rendezvous", r"RendezvousConnectionError|The connection to the C10d store has failed", 8,
          "https://github.com/pytorch/pytorch/issues/67547"),
     _sig("rendezvous", r"RendezvousTimeoutError|The client socket has timed out after \d+ ?ms while trying to connect|"
+         r"The client socket has failed to connect to|"
          r"connect\(\) timed out\. Original timeout", 8,
          "https://github.com/intel/torch-xpu-ops/issues/2119"),
     _sig("rendezvous", r"RendezvousClosedError", 3, "https://github.com/kubeflow/trainer/issues/1638", echo=True),
+    _sig("rendezvous", r"\(errno: 11[13] - (?:Connection refused|No route to host)\)|[Ww]ait timeout after \d+ ?ms, keys:", 7,
+         "c10d's TCPStore: the store's port refuses or cannot be routed to, or a key never arrives during init"),
+    _sig("rendezvous", r"DistStoreError: Timed out after \d+ seconds waiting for clients|"
+         r"Timed out initializing process group in store based barrier", 8,
+         "OpenRLHF/OpenRLHF#1040, Liuziyu77/Visual-RFT#123 (the store waits for clients that never join)"),
     # --- port taken
     _sig("port.in_use", r"errno: 98 - Address already in use|EADDRINUSE|address already in use", 10,
          "https://github.com/meta-pytorch/torchtune/issues/392"),
@@ -132,62 +166,127 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/NVIDIA/nccl/issues/1837"),
     _sig("net.interface", r"Bootstrap : no socket interface|Cannot assign requested address", 7,
          "https://github.com/NVIDIA/nccl/issues/210"),
+    # a hostname that does not resolve (the Hub's own name is hub.access, below, with a higher weight)
+    _sig("net.interface", r"Name or service not known|Temporary failure in name resolution|getaddrinfo failed", 6,
+         "README's net.interface: hostname resolution"),
+    # gloo connecting to a loopback address: the hostname resolves to 127.0.1.1 on that node
+    _sig("net.interface", r"connect \[127\.\d+\.\d+\.\d+\]:\d+: Connection refused", 8, "pytorch/pytorch#15592"),
+    # NCCL's bootstrap cannot connect to the address a peer advertised (a docker bridge, a wrong NIC)
+    _sig("net.interface", r"NCCL WARN (?:Call to connect timeout|socketStartConnect: Connect to \S+ failed)", 6,
+         "horovod/horovod#584, NVIDIA/nccl#929"),
     # --- peers gone (echoes)
-    _sig("net.peer_lost", r"Connection reset by peer|Connection closed by peer|Broken pipe|"
+    _sig("net.peer_lost", r"Connection reset by peer|Connection closed by (?:remote )?peer|Broken pipe|"
          r"remote process exited or there was a network error|ncclRemoteError", 2,
          "https://github.com/RVC-Project/Retrieval-based-Voice-Conversion-WebUI/issues/1882", echo=True),
     # --- P2P / IB transport
-    _sig("p2p.topology", r"NET/IB ?: Got completion from peer .* status=\d+|ibv_create_qp failed|ibv_modify_qp failed|"
-         r"cudaErrorPeerAccess|peer access is not supported|NCCL WARN .*P2P|IO_PAGE_FAULT", 8,
+    _sig("p2p.topology", r"NET/IB ?: Got completion from peer .* (?:status=|with error )\d+|ibv_create_qp failed|ibv_modify_qp failed|"
+         r"cudaErrorPeerAccess|peer access is not supported|NCCL WARN .*P2P|IO_PAGE_FAULT|cudaIpcOpenMemHandle|"
+         r"IBV_WC_\w+_ERR|transport retry counter exceeded|Call to ibv_\w+ failed|ibv_reg_mr failed|"
+         r"NET/IB ?: .*(?:async event|port error|local access violation)|ACSCtl:\s*SrcValid\+", 8,
          "https://github.com/NVIDIA/nccl/issues/1129"),
+    # consumer GPUs refusing P2P/IB: accelerate's check names the variables to set
+    _sig("p2p.topology", r"doesn't support faster communication broadband via P2P or IB|Please set `?NCCL_P2P_DISABLE", 9,
+         "tabularis-ai/be_great#54"),
     # --- versions
     _sig("version.skew", r"NVIDIA driver on your system is too old|CUDA driver version is insufficient|"
          r"NCCL version mismatch|version mismatch|was compiled against|undefined symbol: nccl|"
          r"no kernel image is available for execution on the device", 9,
-         "https://github.com/lllyasviel/Fooocus/issues/1313"),
+         "https://github.com/lllyasviel/Fooocus/issues/1313; IEIT-Yuan/Yuan-2.0#65 (driver too old, as a UserWarning)"),
+    _sig("version.skew", r"cannot import name '\w+' from '[\w.]+'", 7,
+         "an API that moved between library versions (transformers, peft, accelerate, torch)"),
+    _sig("version.skew", r"undefined symbol: |hipErrorNoBinaryForGpu|Cannot retrieve Static function, error: 218|"
+         r"CUDA Setup failed despite GPU being available|Required library version not found: libbitsandbytes|"
+         r"compiled without GPU support|Torch not compiled with CUDA enabled|is not compatible with the current PyTorch installation|"
+         r"invalid device function|cannot open shared object file|version `GLIBC_[\d.]+' not found|"
+         r"requires? (?:torch|transformers|accelerate|deepspeed|peft|trl|bitsandbytes)\s*>=\s*\d", 8,
+         "facebookresearch/bitsandbytes#21, bitsandbytes-foundation/bitsandbytes#1522, #138, ROCm/rocm-systems#2805"),
+    # --- NCCL asked for where there is no GPU (a CPU-only torch, a node without GPUs)
+    _sig("version.skew", r"Distributed package doesn't have NCCL built in", 9,
+         "torch/distributed/distributed_c10d.py raises it when torch was built without NCCL (CPU-only, Windows, macOS wheels)", fix=_NO_GPU_FIX),
+    _sig("code.error", r"ProcessGroupNCCL is only supported with GPUs|NCCL backend requires? (?:a )?GPU", 9,
+         "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp raises it for init_process_group('nccl') with no GPU visible", fix=_NO_GPU_FIX),
     # --- disk
-    _sig("disk.full", r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]", 10,
+    _sig("disk.full", r"No space left on device|\[Errno 28\]|StorageFull|Disk quota exceeded|\[Errno 122\]|"
+         r"Not enough (?:free )?disk space", 10,
          "https://github.com/hiyouga/LlamaFactory/issues/5155"),
+    # a worker killed by SIGBUS: /dev/shm full (DataLoader workers in a container with the default 64 MB)
+    _sig("disk.full", r"Signal 7 \(SIGBUS\) received|exitcode\s*:\s*-7\b|failed \(exitcode: -7\)|\bBus error\b", 6,
+         "pangeo-data/pangeo-docker-images#258 (bus error in DataLoader workers: shared memory)"),
+    # torch.save's writer failing (a full disk), and a full /dev/shm (DataLoader workers, NCCL's segments)
+    _sig("disk.full", r"PytorchStreamWriter failed writing file|insufficient shared memory \(shm\)|"
+         r"failed to extend /dev/shm|Error while creating shared memory segment|unable to write to file </torch_", 9,
+         "SWivid/F5-TTS#458, hkust-nlp/simpleRL-reason#19, pangeo-data/pangeo-docker-images#258, NVIDIA/nccl-tests#166"),
     # --- hub
     _sig("hub.access", r"GatedRepoError|Cannot access gated repo|401 Client Error|403 Client Error|"
          r"RepositoryNotFoundError|is not a valid model identifier|LocalEntryNotFoundError|"
-         r"couldn't connect to 'https://huggingface\.co'", 9,
-         "https://github.com/ml-explore/mlx-examples/issues/759"),
+         r"couldn't connect to 'https://huggingface\.co'|HFValidationError|Repo id must (?:use alphanumeric|be in the form)|"
+         r"OfflineModeIsEnabled|gated repo|Access to model \S+ is restricted|Repository Not Found for url|"
+         r"Invalid (?:user )?token|Invalid credentials in Authorization header|"
+         r"huggingface\.co.*(?:Max retries exceeded|NameResolutionError|ConnectTimeout|ReadTimeout)", 9,
+         "https://github.com/ml-explore/mlx-examples/issues/759; chflame163/ComfyUI_LayerStyle_Advance#110 (repo id validation)"),
     # --- loss
-    _sig("loss.nan", r"'loss': '?nan'?|'grad_norm': '?nan'?|\bloss[:=]\s*-?(?:nan|inf)\b|Loss is NaN|nan loss|"
-         r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)", 8,
-         "https://github.com/AnswerDotAI/ModernBERT/issues/233"),
+    _sig("loss.nan", r"\b(?:loss|grad[ _]norm)\b['\"]?\s*[:=]?\s*['\"]?-?(?:nan|inf)\b|Loss is NaN|nan loss|"
+         r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)|Loss became infinite or NaN|"
+         r"loss is not finite|returned nan values in its \d+th output|NaN or Inf found in input tensor", 8,
+         "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396, hpcaitech/ColossalAI#3439"),
+    # the fp16 loss scale driven to its floor: not warm-up any more
+    _sig("loss.nan", r"Current loss scale already at minimum|reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+|0)\b|"
+         r"Attempted loss scale: [12], reducing to [01]\b", 9,
+         "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex)"),
     # --- DDP / FSDP usage
     _sig("ddp.usage", r"Expected to have finished reduction in the prior iteration|find_unused_parameters|"
          r"parameters that were not used in producing loss|DDP expects same model across all ranks|"
          r"appears not to match (?:strides|sizes) of the same param|FSDP .* (?:wrap|shard)", 9,
          "https://github.com/pytorch/pytorch/issues/57473"),
+    # DDP's follow-on lines (reentrant checkpointing, shared parameters) and FSDP's flattening
+    _sig("ddp.usage", r"Expected to mark a variable ready only once|marked (?:as )?ready twice|did not receive grad for rank|"
+         r"Must flatten tensors with uniform dtype|Detected mismatch between collectives on ranks", 9,
+         "FlagOpen/FlagEmbedding#1155, huggingface/transformers#23728, pytorch/pytorch#70099, huggingface/peft#484"),
+    # --- a launcher/script mismatch: torch >= 2.0 passes --local-rank, an old script only takes --local_rank
+    _sig("code.error", r"error: unrecognized arguments: --local[-_]rank", 9,
+         "skycrapers/TecoGAN-PyTorch#31, XPixelGroup/BasicSR#626, lmy98129/VLPD#6, FudanNLP/CPT#65",
+         fix="the launcher passes --local-rank=N (torch >= 2.0) but the script's argparse does not take it: accept both "
+         "(parser.add_argument(\"--local-rank\", \"--local_rank\", type=int)) or read LOCAL_RANK from the environment"),
     # --- data (the workloads' own error lines, and the usual Python ones when reading a dataset)
     _sig("data.invalid", r"ftwiz: error \(rank \d+\): (?:dataset |[^ ]*\.jsonl? line|record at line)|"
          r"dataset \S+ (?:not found|is a directory|has no records)|\.jsonl? line \d+: not valid JSON|"
          r"DatasetGenerationError|datasets\.exceptions|JSONDecodeError|"
          r"(?:FileNotFoundError|No such file or directory).*\.(?:jsonl?|csv|parquet|arrow|tsv)\b", 8,
          "agent/workloads/data.py (ftwiz's own dataset errors)"),
+    # Arrow/JSON parse errors from the datasets loader
+    _sig("data.invalid", r"ArrowInvalid|JSON parse error|Failed to (?:load|read) (?:JSON from )?file .* with error|ArrowTypeError|"
+         r"Couldn't cast array", 8,
+         "ShishirPatil/gorilla#371, hiyouga/LLaMA-Factory#412, modelscope/ms-swift#3981, oobabooga/text-generation-webui#4325"),
 )
 
 #: Lines that look alarming but are normal: never evidence of a failure.
 NORMAL: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
     r"NCCL INFO",                           # NCCL_DEBUG=INFO chatter
-    r"Gradient overflow\. Skipping step",   # fp16 loss-scale warm-up (apex / deepspeed)
-    r"DeprecationWarning|FutureWarning|UserWarning|is deprecated",
+    # fp16 loss-scale warm-up (apex / deepspeed), until the scale falls below 1 (then it is loss.nan)
+    r"Gradient overflow\.\s+Skipping step(?!.*reducing loss scale to (?:0\.|\d(?:\.\d+)?e-|0\b))",
+    r"OVERFLOW! Rank \d+ Skipping step\.(?!.*reducing to [01]\b)",
     r"Setting OMP_NUM_THREADS environment variable",
+    # c10d's socket warnings: a client retrying the store before the master is up (a failure ends in an error line)
+    r"^\s*\[?W(?:\d{4} [\d:.]+(?: +\d+)?)? (?:\S+/)?socket\.cpp:\d+\] \[c10d\] "
+    r"(?:The client socket has (?:timed out|failed to connect)|The hostname of the client socket)",
     r"^\*{5,}$",
 ))
+#: Warnings: normal unless they carry a certain signature (weight >= :data:`WARNING_OVERRIDE`), as a
+#: ``UserWarning: CUDA initialization: The NVIDIA driver on your system is too old`` does.
+WARNINGS: re.Pattern[str] = re.compile(r"DeprecationWarning|FutureWarning|UserWarning|is deprecated", re.IGNORECASE)
+WARNING_OVERRIDE = 9
 
 
 def is_normal(text: str) -> bool:
-    """Whether ``text`` is a known-normal line (INFO chatter, fp16 warm-up, deprecation warnings)."""
-    return any(p.search(text) for p in NORMAL)
+    """Whether ``text`` is a known-normal line (INFO chatter, fp16 warm-up, a warning no certain signature matches)."""
+    return any(p.search(text) for p in NORMAL) or (bool(WARNINGS.search(text)) and not match_line(text))
 
 
 def match_line(text: str) -> list[Signature]:
     """Every signature ``text`` matches, strongest first (none for a known-normal line)."""
-    if is_normal(text):
+    if any(p.search(text) for p in NORMAL):
         return []
     hits = [s for s in SIGNATURES if s.pattern.search(text)]
+    if hits and WARNINGS.search(text):
+        hits = [s for s in hits if s.weight >= WARNING_OVERRIDE]
     return sorted(hits, key=lambda s: (s.echo, -s.weight))

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from shared.config import ConfigError, FtwizConfig, parse_config
 from shared.protocol import format_line, parse_line
-from tests.doctor.fixtures.excerpts import EXCERPTS
+from tests.doctor.corpus import load_corpus
 from tui.doctor import diagnose_files
 from tui.launch.record import RunRecord, RunRecordModel
 from tui.launch.runindex import RunNotFound
@@ -180,7 +180,7 @@ def test_a_formatted_line_parses_back_behind_any_prefix(kind, fields, prefix):
 
 # ------------------------------------------------------------------------------------------------- log input
 
-FRAGMENTS = sorted({line for excerpt in EXCERPTS for line in excerpt["text"].splitlines() if line.strip()})[:400]
+FRAGMENTS = sorted({line for case in load_corpus() for line in case.excerpt.splitlines() if line.strip()})[:400]
 
 
 @FAST

@@ -356,9 +356,11 @@ class AgentClient:
         path = f"/v1/runs/{quote(run_id, safe='')}/stop?node={quote(name, safe='')}"
         return await self._call(node, "POST", path, RunStopResult, timeout=max(self.timeout, 15.0))
 
-    async def kernel_oom(self, node: NodeRef, pid: int) -> AgentReply[KernelOomRecord]:
-        """``GET /v1/kernel/oom/{pid}``: the kernel's OOM-kill record of ``pid`` on ``node`` (the failure doctor)."""
-        return await self._call(node, "GET", f"/v1/kernel/oom/{int(pid)}", KernelOomRecord, timeout=max(self.timeout, 25.0))
+    async def kernel_oom(self, node: NodeRef, pid: int, at: Optional[float] = None) -> AgentReply[KernelOomRecord]:
+        """``GET /v1/kernel/oom/{pid}``: the kernel's OOM-kill record of ``pid`` on ``node`` (the failure doctor),
+        counted only near ``at`` (unix time of the kill) when given."""
+        query = f"?at={float(at):.3f}" if at is not None else ""
+        return await self._call(node, "GET", f"/v1/kernel/oom/{int(pid)}{query}", KernelOomRecord, timeout=max(self.timeout, 25.0))
 
     async def stop_run_everywhere(self, run_id: str) -> dict[str, AgentReply[RunStopResult]]:
         """:meth:`stop_run` on every node concurrently."""

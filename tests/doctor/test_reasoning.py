@@ -2,7 +2,7 @@
 
 The log lines below are *constructed* in the shapes ftwiz writes (``node/rank | text``) and torch prints
 (glog stamps, torchrun's "failed (exitcode: -9)" line); the real shapes are exercised by the quoted
-excerpts (test_excerpts.py) and the induced failures (test_induced.py).
+corpus (test_corpus.py) and the induced failures (test_induced.py).
 """
 
 from __future__ import annotations
@@ -105,14 +105,15 @@ def test_sigkill_is_oom_host_confirmed_only_by_the_kernel(tmp_path):
     run, _ = _killed_run(tmp_path)
     asked = []
 
-    def kernel_yes(node, pid):
+    def kernel_yes(node, pid, at):
         asked.append((node, pid))
+        assert at is not None  # the kill's time goes to the agent: only a record near it counts
         return "Memory cgroup out of memory: Killed process 4242 (python3) total-vm:221368kB"
 
     confirmed = diagnose_run(run, kernel=kernel_yes)
     assert confirmed[0].cause == "oom.host" and confirmed[0].confirmed is True and (confirmed[0].node, confirmed[0].rank) == ("node1", 2)
     assert asked == [("node1", 4242)] and confirmed[0].evidence[0].file == "node1:kernel"
-    unconfirmed = diagnose_run(run, kernel=lambda node, pid: None)
+    unconfirmed = diagnose_run(run, kernel=lambda node, pid, at: None)
     assert unconfirmed[0].cause == "oom.host" and unconfirmed[0].confirmed is False
     assert "not the OOM killer" in unconfirmed[0].explanation
     assert "confirmed" not in as_json(diagnose_run(run))["diagnoses"][0]  # nobody asked: neither
@@ -209,3 +210,81 @@ def test_a_checklist_warning_the_run_went_past_is_cited():
     assert "rendezvous.port_free FAIL on node0: port 29500 held by pid 77" in cited[0].explanation
     assert "--force" in cited[0].explanation and "net.mtu" not in cited[0].explanation
     assert cited[1].explanation == "A peer went away."  # echoes cite nothing
+
+
+def test_unknown_names_the_first_error_of_the_first_failing_rank_not_the_launchers_summary(tmp_path):
+    path = _write(tmp_path, "node0.log", [
+        "node0/1 | step 3 loss 1.25",
+        "node0/2 | [2026-11-22 06:12:20] worker ready",
+        "node0/2 | [2026-11-22 06:12:21] xformers.ops.fmha.common.NotSupportedInputError: No operator found for `memory_efficient_attention_forward`",
+        "node0/1 | [2026-11-22 06:12:22] SomeLibError: a later one on another rank",
+        "node0/- | E1122 06:12:24.825000 21357 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 2 (pid: 77)",
+        "node0/- | torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    ])
+    first = diagnose_files([path])[0]
+    assert (first.cause, first.node, first.rank) == ("unknown", "node0", 2)
+    assert first.evidence[0].line == 3 and "NotSupportedInputError" in first.explanation
+
+
+def test_ftwizs_own_error_lines_are_the_diagnosis_naming_the_file(tmp_path):
+    missing = ('train.py not found in /srv/run/code: [job].command resolves inside the shipped code_dir (or the node\'s '
+               'workdir when code_dir = ""); fix the path or code_dir')
+    path = _write(tmp_path, "node1.log", [
+        "node1/3 | " + json.dumps({"ftwiz": "error", "rank": 3, "message": missing, "time": 1763800000.0}),
+        "node1/- | torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    ])
+    first = diagnose_files([path])[0]
+    assert (first.cause, first.node, first.rank) == ("code.error", "node1", 3)
+    assert "train.py not found in /srv/run/code" in first.explanation and first.fix == "fix the path or code_dir"
+    data = _write(tmp_path / "d", "node0.log", ["ftwiz: error (rank 0): data/train.jsonl line 7: not valid JSON (Expecting value at column 1); "
+                                                "each line must be an object"]) if (tmp_path / "d").mkdir() is None else None
+    assert data is not None and diagnose_files([data])[0].cause == "data.invalid"
+    package = _write(tmp_path, "node2.log", ['node2/0 | {"ftwiz": "error", "rank": 0, "message": "ModuleNotFoundError: No module named \'peft\'"}'])
+    assert diagnose_files([package])[0].cause == "version.skew"
+    oom = _write(tmp_path, "node3.log", ['node3/1 | {"ftwiz": "error", "rank": 1, "message": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"}'])
+    assert diagnose_files([oom])[0].cause == "oom.gpu"
+
+
+def test_nccl_asked_for_on_a_node_without_a_gpu_says_gloo_or_cpu_ranks(tmp_path):
+    for text in ("RuntimeError: Distributed package doesn't have NCCL built in",
+                 "RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!"):
+        path = _write(tmp_path, "node0.log", ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
+                                              '    dist.init_process_group("nccl")', text])
+        first = diagnose_files([path])[0]
+        assert "--backend gloo" in first.fix and "cpu_ranks = N" in first.fix, first
+
+
+def test_a_slurm_reason_line_outranks_an_earlier_generic_cancelled_line(tmp_path):
+    path = _write(tmp_path, "node0.log", [
+        "slurmstepd: error: *** STEP 4242.0 ON n1 CANCELLED AT 2024-01-05T14:27:50 ***",
+        "slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2024-01-05T14:27:51 DUE TO PREEMPTION ***",
+    ])
+    assert [d.cause for d in diagnose_files([path])][:2] == ["slurm.preempted", "slurm.cancelled"]
+    alone = _write(tmp_path, "node1.log", ["slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2024-01-05T14:27:50 ***"])
+    assert diagnose_files([alone])[0].cause == "slurm.cancelled"  # scancel, and nothing else said
+
+
+def test_an_nccl_warn_line_beats_the_louder_peer_closed_noise(tmp_path):
+    path = _write(tmp_path, "node0.log", [
+        "host1:2999605:3004403 [0] NCCL INFO comm 0x55 rank 0 nranks 8 cudaDev 0 busId 1b000 - Init COMPLETE",
+        "host1:2999605:3004403 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'",
+        "[rank0]: torch.distributed.DistBackendError: NCCL error: remote process exited or there was a network error",
+        "[rank1]: RuntimeError: Connection closed by peer [10.0.0.2]:4242",
+    ])
+    assert diagnose_files([path])[0].cause == "oom.gpu"
+
+
+def test_a_notebook_traceback_is_read_whole(tmp_path):
+    path = _write(tmp_path, "node0.log", [
+        "ValueError                                Traceback (most recent call last)",
+        "Cell In[8], line 1",
+        "----> 1 trainer_stats = trainer.train()",
+        "",
+        "File ~/work/train_helpers.py:36, in train(self, resume_from_checkpoint)",
+        "     35 batch = next(loader)",
+        "---> 36 check(batch)",
+        "",
+        "ValueError: batch 3 has no labels",
+    ])
+    first = diagnose_files([path])[0]
+    assert first.cause == "code.error" and "train_helpers.py:36" in first.explanation, first

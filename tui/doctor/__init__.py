@@ -54,7 +54,7 @@ def diagnose_files(paths: Sequence[Path], *, record: Mapping[str, Any] | None = 
     """Diagnose log files (OSError for one that cannot be read)."""
     lines: list[LogLine] = []
     for path in paths:
-        lines.extend(read_log(Path(path), start_order=len(lines) + 1))
+        lines.extend(read_log(Path(path), start_order=lines[-1].order if lines else 0))
     return diagnose_lines(lines, record=record, kernel=kernel)
 
 
@@ -64,20 +64,34 @@ def diagnose_lines(lines: Sequence[LogLine], *, record: Mapping[str, Any] | None
     found = rank_findings(find(lines, pid_ranks=_pid_ranks(lines, record)), lines, record=record, kernel=kernel)
     versions = (record or {}).get("versions")
     if found and isinstance(versions, Mapping):
-        found = place_skew(found, skew_diagnosis(versions))
+        found = place_skew(found, skew_diagnosis({node: row for node, row in versions.items() if isinstance(row, Mapping)}))
     return cite_checklist(found, record)
 
 
 def _pid_ranks(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> dict[tuple[str | None, int], int]:
     """Which global rank each worker pid was: from the run record's ranks, else the ``started`` lines."""
     out: dict[tuple[str | None, int], int] = {}
-    for rank, info in ((record or {}).get("ranks") or {}).items():
-        if isinstance(info, Mapping) and info.get("pid") is not None:
-            out[(info.get("node"), int(info["pid"]))] = int(rank)
-            out[(None, int(info["pid"]))] = int(rank)
+    ranks = (record or {}).get("ranks")
+    for rank, info in (ranks.items() if isinstance(ranks, Mapping) else ()):
+        pid, number = _int(info.get("pid")) if isinstance(info, Mapping) else None, _int(rank)
+        if pid is not None and number is not None:
+            node = info.get("node")
+            out[(node if isinstance(node, str) else None, pid)] = number
+            out[(None, pid)] = number
     for line in lines:
         obj = protocol(line.text) if '"started"' in line.text else None
-        if obj and obj.get("ftwiz") == "started" and obj.get("pid") is not None and obj.get("rank") is not None:
-            out.setdefault((line.node, int(obj["pid"])), int(obj["rank"]))
-            out.setdefault((None, int(obj["pid"])), int(obj["rank"]))
+        if obj and obj.get("ftwiz") == "started":
+            pid, number = _int(obj.get("pid")), _int(obj.get("rank"))
+            if pid is not None and number is not None:
+                out.setdefault((line.node, pid), number)
+                out.setdefault((None, pid), number)
     return out
+
+
+def _int(value: Any) -> int | None:
+    """``value`` as an int when it is one (or its digits), else None: a record's numbers are not trusted."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else None

@@ -8,6 +8,7 @@ when one loads) for the kernel's OOM-kill record of a SIGKILLed worker.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from . import as_json, diagnose_files, diagnose_run, format_text
 from .diagnose import KernelLookup
+from .logs import NotARegularFile, open_regular
 
 __all__ = ["why_main"]
 
@@ -60,11 +62,14 @@ def why_main(*, run_id: str | None, files: Sequence[str] | None, json_output: bo
 
 
 def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a log, or None; a FIFO, device or directory is refused without reading."""
     try:
-        with path.open("rb") as fh:
-            fh.read(1)
+        fd = open_regular(path)
+    except NotARegularFile as exc:
+        return f"{exc} (give the log file itself)"
     except OSError as exc:
         return exc.strerror or str(exc)
+    os.close(fd)
     return None
 
 

@@ -14,18 +14,25 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from shared.doctor_signatures import CAUSES, FIXES
+from shared.doctor_signatures import CAUSES, FIXES, is_normal
 
 from .fixes import computed_fix
 from .model import Diagnosis, Evidence, Finding, LogLine
 
 __all__ = ["KernelLookup", "rank_findings"]
 
-#: ``(node, pid) -> the kernel's OOM-kill line for that pid, or None``; raises OSError when it cannot ask.
-KernelLookup = Callable[[str | None, int], str | None]
+#: ``(node, pid, unix time of the kill or None) -> the kernel's OOM-kill line for that pid near that time, or None``;
+#: raises OSError when it cannot ask or the node cannot read its kernel log (then nothing is concluded).
+KernelLookup = Callable[[str | None, int, float | None], str | None]
 
 _MAX_EVIDENCE = 4
 _FAILED_RE = re.compile(r"ChildFailedError|failed \(exitcode: -?\d+\)|^\s*exitcode\s*:\s*-?[1-9]")
+#: An exception line (``ValueError: ...``, ``torch.AcceleratorError``) or an ``error:`` line.
+_ERROR_LOOKING = re.compile(r"(?:^\s*|[\s\]>|]|^\W*)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure)\b(?::|\s*$)|"
+                            r"\berror\b:|^\s*(?:fatal|FATAL)\b")
+#: The launcher's own summary of a worker's failure (torchrun, the elastic agent): never "the first error".
+_LAUNCHER = re.compile(r"ChildFailedError|torch/distributed/elastic|failed \(exitcode|^\s*(?:exitcode|error_file|traceback)\s*:|"
+                       r"Root Cause|^Failures:|SignalException|Sending process \d+ closing signal|KeyboardInterrupt")
 
 
 def rank_findings(
@@ -45,8 +52,14 @@ def rank_findings(
     diagnoses.sort(key=lambda d: (d.echo, _time_key(d.time), -_weight(groups, d), d.node or "", -1 if d.rank is None else d.rank))
     first_root = next((d for d in diagnoses if not d.echo), None)
     for diag in diagnoses:
-        diag.fix = computed_fix(diag, record=record, lines=lines, first_root=first_root if diag.echo else None) or diag.fix
-    if not diagnoses and (_failed(record) or _failure_lines(lines)):
+        if diag.own_fix and not diag.echo:
+            continue
+        try:
+            fix = computed_fix(diag, record=record, lines=lines, first_root=first_root if diag.echo else None)
+        except (TypeError, ValueError, AttributeError):  # a record whose numbers are not numbers: the generic fix
+            fix = None
+        diag.fix = fix or diag.fix
+    if not diagnoses and (_failed(record) or _failure_lines(lines) or _error_lines(lines)):
         diagnoses.append(_unknown(lines, record))
     return diagnoses
 
@@ -70,14 +83,18 @@ def _diagnosis(key: tuple[str, str | None, int | None], group: list[Finding], re
             if item not in evidence and len(evidence) < _MAX_EVIDENCE:
                 evidence.append(item)
     first = group[0]
+    # A traceback read whole says more (file:line in your code) than the one-line report of the same exception.
+    detail = next((f.detail for f in group if f.extra and f.detail), first.detail)
     where = f"{node or '?'}/rank {rank}" if rank is not None else node
     explanation = f"{CAUSES[cause]} on {where}" if where else CAUSES[cause]
-    if first.detail:
-        explanation += f": {first.detail}"
+    if detail:
+        explanation += f": {detail}"
     if len(group) > 1:
         explanation += f" ({len(group)} lines)"
-    diag = Diagnosis(cause, node, rank, evidence, explanation, FIXES[cause], echo=all(f.echo for f in group),
-                     time=min((f.where.time for f in group if f.where.time is not None), default=None), detail=first.detail)
+    own = next((f.fix for f in group if f.fix), "")
+    diag = Diagnosis(cause, node, rank, evidence, explanation, own or FIXES[cause], echo=all(f.echo for f in group),
+                     time=min((f.where.time for f in group if f.where.time is not None), default=None), detail=detail,
+                     own_fix=bool(own))
     if cause == "oom.host":
         _confirm_oom(diag, group, record, kernel)
     return diag
@@ -85,17 +102,17 @@ def _diagnosis(key: tuple[str, str | None, int | None], group: list[Finding], re
 
 def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Mapping[str, Any] | None, kernel: KernelLookup | None) -> None:
     """Ask the node's kernel whether it OOM-killed the pid; say plainly when nobody could ask."""
-    pids = [int(f.detail.split()[1]) for f in group if f.detail.startswith("pid ")]
-    if not pids:
+    kills = [(int(f.detail.split()[1]), f.where.time) for f in group if f.detail.startswith("pid ")]
+    if not kills:
         return
     if kernel is None:
-        diag.explanation += "; unconfirmed: the kernel's OOM record was not consulted (no agent for this log)"
+        diag.explanation += "; cannot confirm it was the OOM killer: the node's kernel log was not consulted (no agent for this log)"
         return
-    for pid in pids:
+    for pid, when in kills:
         try:
-            found = kernel(diag.node, pid)
+            found = kernel(diag.node, pid, when)
         except OSError as exc:
-            diag.explanation += f"; unconfirmed: could not read {diag.node}'s kernel log ({exc})"
+            diag.explanation += f"; cannot confirm it was the OOM killer: {diag.node}'s kernel log could not be read ({exc})"
             return
         if found:
             diag.confirmed = True
@@ -103,9 +120,9 @@ def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Mapping[str, Any
             diag.explanation = f"the kernel's OOM killer killed pid {pid} on {diag.node} (rank {diag.rank}): host memory ran out"
             return
     diag.confirmed = False
-    diag.explanation = (f"pid {pids[0]} on {diag.node} (rank {diag.rank}) was killed by SIGKILL that ftwiz did not send; "
-                        "the node's kernel has no OOM-kill record for it: something outside killed it (a user, a job "
-                        "scheduler, a watchdog), not the OOM killer")
+    diag.explanation = (f"pid {kills[0][0]} on {diag.node} (rank {diag.rank}) was killed by SIGKILL that ftwiz did not send; "
+                        "the node's kernel log, read around the kill, has no OOM-kill record for it: something outside killed "
+                        "it (a user, a job scheduler, a watchdog), not the OOM killer")
     diag.fix = "find who sent SIGKILL on that node (`journalctl --since`, the scheduler's log); the kernel did not OOM-kill it"
 
 
@@ -146,12 +163,31 @@ def _failure_lines(lines: Sequence[LogLine]) -> list[LogLine]:
     return [line for line in lines if _FAILED_RE.search(line.text)]
 
 
+def _error_lines(lines: Sequence[LogLine]) -> list[LogLine]:
+    """Lines that look like an error (an exception line, an ``error:`` line), not the launcher's summary of one."""
+    return [line for line in lines if _ERROR_LOOKING.search(line.text) and not _LAUNCHER.search(line.text) and not is_normal(line.text)]
+
+
 def _unknown(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> Diagnosis:
+    """``unknown``, with the earliest error-looking line of the first failing rank as its evidence and explanation."""
     failed = (record or {}).get("failed") or {}
     node, rank = failed.get("node"), failed.get("rank")
-    mine = [line for line in lines if line.node == node and (rank is None or line.rank in (rank, None)) and line.text.strip()]
+    errors = sorted(_error_lines(lines), key=lambda line: (_time_key(line.time), line.order))
+    mine = [line for line in errors if (node is None or line.node == node) and (rank is None or line.rank in (rank, None))]
+    if errors and not mine and node is None and rank is None:
+        mine = errors
+    if mine:
+        first = mine[0]
+        if node is None and rank is None:
+            node, rank = first.node, first.rank
+            first = next(line for line in mine if line.node == node and line.rank == rank)
+        where = f" on {node or '?'}/rank {rank}" if rank is not None else f" on {node}" if node else ""
+        text = first.text.strip()[:400]
+        return Diagnosis("unknown", node, rank, [Evidence(first.file, first.line, text)],
+                         f"no known signature; the first error{where}: {text}", FIXES["unknown"], time=first.time)
+    said = [line for line in lines if line.node == node and (rank is None or line.rank in (rank, None)) and line.text.strip()]
     if not record:
-        mine = _failure_lines(lines) or mine
-    evidence = [Evidence(line.file, line.line, line.text.strip()[:400]) for line in mine[-_MAX_EVIDENCE:]]
+        said = _failure_lines(lines) or said
+    evidence = [Evidence(line.file, line.line, line.text.strip()[:400]) for line in said[-_MAX_EVIDENCE:]]
     reason = (record or {}).get("reason") or "the run failed"
     return Diagnosis("unknown", node, rank, evidence, f"no known signature in the logs; {reason}", FIXES["unknown"])

@@ -4,7 +4,11 @@ A traceback is one finding at its exception line: when that line matches a signa
 full disk, a reset connection) the signature speaks; otherwise it is ``code.error`` naming the
 innermost frame of the user's own code (not site-packages) and the exception. torchrun's
 "failed (exitcode: -9) ... (pid: P)" line is a SIGKILL of a worker: ``oom.host`` until the record and
-the kernel say more.
+the kernel say more. ftwiz's own node-side error lines (the protocol's ``{"ftwiz": "error", ...}`` and
+``ftwiz: error (rank N): ...``, written by the workloads and the user-code runner) are read for what
+they say: a signature in the message speaks; a dataset problem is ``data.invalid``, a missing module or
+package ``version.skew``, anything else (a script not found, an unreadable code dir) ``code.error``
+naming the file, with the message's own fix.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 
 from shared.doctor_signatures import is_normal, match_line
 
+from .logs import protocol
 from .model import Finding, LogLine
 
 __all__ = ["KILLED_RE", "find"]
@@ -24,13 +29,28 @@ _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (
 _EXC_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)|[A-Za-z_][\w.]*Error\b)(?::\s?(?P<msg>.*))?$")
 _LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen", "/torch/", "<string>")
 _ECHO_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "DistNetworkError", "SignalException", "KeyboardInterrupt")
+_PID_RE = re.compile(r"exitcode\s*:\s*-9 \(pid: (\d+)\)")
+_FTWIZ_ERROR_RE = re.compile(r"ftwiz: error \(rank (?P<rank>\d+)\): (?P<message>.+)$")
+_DATA_RE = re.compile(r"^dataset |\.(?:jsonl?|csv|parquet) line \d+|^record at line \d+|not UTF-8 text|expected a JSON object|"
+                      r"unknown record shape|\"messages\" must|\"input\" must", re.IGNORECASE)
+_PACKAGE_RE = re.compile(r"No module named|ModuleNotFoundError|ImportError|is not installed|missing package|"
+                         r"requires? (?:the )?(?:package )?[\w.-]+ ?(?:[<>=]=?|>)\s*\d", re.IGNORECASE)
+_FTWIZ_SOURCE = "agent/workloads/errors.py, agent/workloads/usercode.py (ftwiz's node-side error lines)"
 _SIGNAL_SOURCE = "https://github.com/pytorch/pytorch/issues/76287 (torchrun: 'failed (exitcode: -9)' for a SIGKILLed worker)"
+
+
+#: IPython/Jupyter's traceback: ``ValueError      Traceback (most recent call last)``, ``Cell In[8], line 1``,
+#: ``File ~/x.py:47, in f()``, code lines ``----> 1 f()`` / ``     36 x = 1``.
+_IPY_HEAD_RE = re.compile(r"^[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)")
+_IPY_FRAME_RE = re.compile(r"^(?:Cell In\[\d+\], line (?P<cell>\d+)|File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>.+))?)$")
+_IPY_CODE_RE = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*-+>")
 
 
 @dataclass
 class _Traceback:
     start: LogLine
     frames: list[tuple[LogLine, str, int, str]] = field(default_factory=list)
+    ipython: bool = False
 
 
 def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], int] | None = None) -> list[Finding]:
@@ -40,8 +60,8 @@ def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], in
     for line in lines:
         stream = (line.file, line.rank)
         text = line.text
-        if text.startswith("Traceback (most recent call last):"):
-            open_tb[stream] = _Traceback(line)
+        if text.startswith("Traceback (most recent call last):") or _IPY_HEAD_RE.match(text):
+            open_tb[stream] = _Traceback(line, ipython=not text.startswith("Traceback"))
             continue
         tb = open_tb.get(stream)
         if tb is not None:
@@ -49,6 +69,15 @@ def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], in
             if frame:
                 tb.frames.append((line, frame.group("file"), int(frame.group("line")), (frame.group("func") or "").strip()))
                 continue
+            if tb.ipython:
+                cell = _IPY_FRAME_RE.match(text.strip())
+                if cell:
+                    file = cell.group("file") or "<notebook cell>"
+                    number = int(cell.group("line") or cell.group("cell"))
+                    tb.frames.append((line, file, number, (cell.group("func") or "").strip()))
+                    continue
+                if _IPY_CODE_RE.match(text):
+                    continue
             if text.startswith((" ", "\t")) or not text.strip() or text.lstrip().startswith(("^", "~")):
                 continue
             exc = _EXC_RE.match(text.strip())
@@ -58,6 +87,10 @@ def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], in
                 if finding is not None:
                     findings.append(finding)
                     continue
+        said = _ftwiz_error(line)
+        if said is not None:
+            findings.append(said)
+            continue
         killed = KILLED_RE.search(text)
         if killed:
             pid = int(killed.group("pid"))
@@ -66,8 +99,37 @@ def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], in
             findings.append(Finding("oom.host", 6, False, where, detail=f"pid {pid} was killed by SIGKILL", source=_SIGNAL_SOURCE))
             continue
         for sig in match_line(text)[:1]:
-            findings.append(Finding(sig.cause, sig.weight, sig.echo, line, source=sig.source))
+            summary = _PID_RE.search(text) if sig.cause == "oom.host" else None
+            detail = f"pid {summary.group(1)} was killed by SIGKILL" if summary else ""  # torchrun's summary: checked like a kill line
+            findings.append(Finding(sig.cause, sig.weight, sig.echo, line, detail=detail, source=sig.source, fix=sig.fix))
     return findings
+
+
+def _ftwiz_error(line: LogLine) -> Finding | None:
+    """The finding of one of ftwiz's own error lines, or None (not one, or one an ordinary signature should read)."""
+    text = line.text
+    rank: int | None = None
+    if '"error"' in text:
+        obj = protocol(text)
+        if not obj or obj.get("ftwiz") != "error" or not isinstance(obj.get("message"), str):
+            return None
+        message = obj["message"]
+        rank = obj.get("rank") if isinstance(obj.get("rank"), int) else None
+    else:
+        match = _FTWIZ_ERROR_RE.search(text) if "ftwiz: error" in text else None
+        if not match:
+            return None
+        message, rank = match.group("message"), int(match.group("rank"))
+    exc_type = message.split(":", 1)[0].strip().rsplit(".", 1)[-1]
+    if exc_type in _ECHO_EXCEPTIONS:
+        return None
+    where = line if line.rank is not None or rank is None else LogLine(line.file, line.line, line.node, rank, line.text, line.time, line.order)
+    sigs = match_line(message)
+    if sigs:
+        return Finding(sigs[0].cause, sigs[0].weight, sigs[0].echo, where, detail=message[:300], source=sigs[0].source, fix=sigs[0].fix)
+    cause = "data.invalid" if _DATA_RE.search(message) else "version.skew" if _PACKAGE_RE.search(message) else "code.error"
+    own_fix = message.rsplit("; ", 1)[-1] if "; " in message else ""
+    return Finding(cause, 9, False, where, detail=message[:300], source=_FTWIZ_SOURCE, fix=own_fix)
 
 
 def _from_traceback(tb: _Traceback, exc_line: LogLine, exc_type: str, message: str) -> Finding | None:

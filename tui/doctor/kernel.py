@@ -11,17 +11,18 @@ __all__ = ["agent_kernel_lookup"]
 
 
 def agent_kernel_lookup(config: Any) -> KernelLookup:
-    """A :data:`KernelLookup` over ``config``'s agents; raises OSError when the node's agent cannot answer."""
+    """A :data:`KernelLookup` over ``config``'s agents; raises OSError when the node's agent cannot answer or
+    cannot read its kernel log (then nothing is concluded)."""
     names = {n.name for n in config.nodes}
 
-    def lookup(node: str | None, pid: int) -> str | None:
+    def lookup(node: str | None, pid: int, at: float | None) -> str | None:
         if node is None or node not in names:
             raise OSError(f"node {node!r} is not in the config, so its agent cannot be asked")
         from tui.client import AgentClient
 
         async def call() -> Any:
             async with AgentClient(config) as client:
-                return await client.kernel_oom(node, pid)
+                return await client.kernel_oom(node, pid, at)
 
         try:
             reply = asyncio.run(call())

@@ -53,6 +53,8 @@ class Finding:
     detail: str = ""
     """What was found in words (``ValueError at train.py:12``)."""
     source: str = ""
+    fix: str = ""
+    """The fix this line calls for in particular (a signature's own, ftwiz's own error line's), or ``""``."""
 
 
 @dataclass
@@ -72,6 +74,8 @@ class Diagnosis:
     time: float | None = None
     detail: str = ""
     """What was found in words (``ValueError: ... at train.py:27 in step``), for computed fixes."""
+    own_fix: bool = False
+    """True when ``fix`` is the evidence's own (a signature's or ftwiz's error line's): no computed fix replaces it."""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cause": self.cause, "node": self.node, "rank": self.rank,

@@ -1,0 +1,87 @@
+"""The doctor on the corpus of real public logs (tests/doctor/corpus/, the frozen split of its SPLIT.md).
+
+The corpus read is ``tests/doctor/corpus/*.jsonl`` plus the directories in ``$FTWIZ_CORPUS_DIRS``. The
+accuracy gates hold on the held-out set, which no signature was tuned on; the ``merged_corpus`` tests read the
+collectors' merged files (they fail on the 43 legacy excerpts alone).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.doctor.accuracy import score, summarize
+from tests.doctor.corpus import CorpusError, held_out, load_corpus, parse_row
+
+
+@pytest.fixture(scope="module")
+def scored():
+    return score(load_corpus())
+
+
+#: The issue asks for 85 % and no healthy false alarm. Measured when the tuning stopped (collectors' files of
+#: 2026-11-24, 129 fair held-out failures, 16 held-out healthy logs): 108/129 = 83.7 %, 1 wrong cause, one
+#: held-out healthy log diagnosed. These floors keep that from regressing; raising them to the issue's
+#: targets is the open work (never by tuning on the held-out set).
+HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.83, 0.03, 1
+
+
+@pytest.mark.merged_corpus
+def test_held_out_first_cause_accuracy_wrong_causes_and_false_alarms(scored):
+    held = summarize([s for s in scored if s.case.held_out])
+    assert held.fair >= 100, f"only {held.fair} held-out fair failures: the collectors' files are not merged"
+    assert held.accuracy >= HELD_OUT_ACCURACY, f"held-out fair first-cause accuracy {held.fair_right}/{held.fair}"
+    assert held.wrong_rate <= HELD_OUT_WRONG, f"held-out wrong causes {held.wrong_fair}/{held.fair}"
+    alarms = [s for s in scored if s.case.kind == "healthy" and not s.right]
+    tuning = [s.case.id for s in alarms if not s.case.held_out]  # held-out ones are counted, never named
+    assert not tuning, f"tuning-set healthy logs given a diagnosis: {tuning}"
+    assert len(alarms) <= HEALTHY_ALARMS, f"{len(alarms)} healthy logs given a diagnosis ({len(alarms) - len(tuning)} held out)"
+
+
+@pytest.mark.merged_corpus
+def test_the_corpus_is_as_large_as_the_issue_asks():
+    cases = load_corpus()
+    held = [c for c in cases if c.held_out]
+    assert len(cases) >= 300 and len({c.thread for c in cases}) >= 250, (len(cases), len({c.thread for c in cases}))
+    assert len(held) >= 100, len(held)
+    assert sum(c.kind == "healthy" for c in cases) >= 30
+
+
+def test_every_corpus_row_is_valid_and_ids_are_unique():
+    cases = load_corpus()
+    assert cases, "tests/doctor/corpus/*.jsonl is empty"
+    assert len({c.id for c in cases}) == len(cases)
+
+
+def test_the_split_is_the_frozen_rule():
+    # sha256("NVIDIA/nccl#562") mod 100 = 15 -> held out; sha256("pytorch/pytorch#18853") mod 100 = 49 -> tuning
+    assert held_out("NVIDIA/nccl#562") and not held_out("pytorch/pytorch#18853")
+
+
+def test_a_bad_row_names_the_file_line_and_field(tmp_path):
+    good = {"id": "a-b-1-1", "thread": "a/b#1", "url": "https://github.com/a/b/issues/1", "project": "pytorch",
+            "kind": "failure", "cause": "oom.gpu", "confirmed": True, "visible": True, "file": "node0.log",
+            "excerpt": "CUDA out of memory", "note": "n"}
+    assert parse_row(good, "x.jsonl:1").cause == "oom.gpu"
+    for field, value, said in (("cause", "oom", "'cause'"), ("visible", "yes", "'visible'"), ("file", "../x", "'file'"),
+                               ("project", "pytorch-lightning", "'project'")):
+        with pytest.raises(CorpusError, match=rf"x\.jsonl:7: field {said}"):
+            parse_row({**good, field: value}, "x.jsonl:7")
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "id": "a-b-1-2", "kind": "healthy"}) + "\n")
+    with pytest.raises(CorpusError, match=r"c\.jsonl:2: field 'cause' must be 'healthy'"):
+        load_corpus(str(tmp_path))
+
+
+def test_every_line_a_signature_matches_passes_the_readers_cheap_prefilter():
+    """The log reader keeps only windows around lines holding one of its KEYWORDS: a line the signature
+    table would match, an exception line or a traceback start must never be skipped."""
+    from shared.doctor_signatures import match_line
+    from tui.doctor.logs import KEYWORDS
+
+    exception = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(?:Error|Exception)\b|Traceback \(most recent")
+    skipped = [(case.id, line[:120]) for case in load_corpus() for line in case.excerpt.splitlines()
+               if not any(word in line.lower().encode() for word in KEYWORDS) and (match_line(line) or exception.search(line))]
+    assert not skipped
