@@ -127,23 +127,36 @@ def report_exception(error: BaseException) -> None:
             pass
 
 
+#: The most of an unfinished line a :class:`RegexTee` keeps (a progress line is short; the tail of a longer one is kept).
+PARTIAL_CAP = 8192
+_LINE_END = re.compile(r"[\r\n]")
+
+
 class RegexTee(io.TextIOBase):
-    """stdout that also prints a ``progress`` line after each line ``[job].progress_regex`` matches."""
+    """stdout that also prints a ``progress`` line after each line ``[job].progress_regex`` matches.
+
+    ``\r`` ends a line as ``\n`` does (tqdm redraws its bar with ``\r`` alone when not on a terminal), and
+    at most :data:`PARTIAL_CAP` characters of an unfinished line are kept: each write costs its own length.
+    """
 
     def __init__(self, inner: TextIO, pattern: "re.Pattern[str]", rank: int) -> None:
         self.inner, self.pattern, self.rank = inner, pattern, rank
         self._partial = ""
 
     def write(self, text: str) -> int:
-        written = self.inner.write(text)
-        self._partial += text
-        while "\n" in self._partial:
-            line, self._partial = self._partial.split("\n", 1)
-            record = regex_record(self.pattern, line)
+        cut = max(text.rfind("\n"), text.rfind("\r"))
+        if cut < 0:
+            self._partial = (self._partial + text)[-PARTIAL_CAP:]
+            return self.inner.write(text)
+        written = self.inner.write(text[:cut + 1])
+        lines = _LINE_END.split(self._partial + text[:cut])
+        self._partial = text[cut + 1:][-PARTIAL_CAP:]
+        for line in lines:
+            record = regex_record(self.pattern, line[-PARTIAL_CAP:])
             if record is not None:
                 self.inner.write(format_line("progress", rank=self.rank, **record) + "\n")
                 self.inner.flush()
-        return written
+        return written + self.inner.write(text[cut + 1:])
 
     def flush(self) -> None:
         self.inner.flush()
