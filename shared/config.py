@@ -128,7 +128,8 @@ class JobConfig(_Section):
     command: list[str] = Field(default_factory=list, description='workload = "command": your script and its arguments (["train.py", "--lr", "1e-4"]) or ["-m", "module", ...].')
     code_dir: str = Field(".", description='workload = "command": directory shipped to every node (relative to ftwiz.toml); "" = already on every node.')
     requires: list[str] = Field(default_factory=list, description='workload = "command": pip requirements your code needs ("trl>=0.20"), checked on every node.')
-    env: dict[str, str] = Field(default_factory=dict, description='workload = "command": extra environment for every rank, e.g. { WANDB_MODE = "offline" }.')
+    env: dict[str, str] = Field(default_factory=dict, description='workload = "command": extra environment for every rank, e.g. { WANDB_MODE = "offline" }. '
+                                                        "Values of keys holding TOKEN, SECRET, KEY or PASSWORD are masked in run.json and the logs.")
     progress_regex: Optional[str] = Field(None, description="A regular expression with named groups step, loss, total (also lr, epoch) that finds progress in your code's own lines.")
 
     @field_validator("command")
@@ -178,7 +179,8 @@ class NcclConfig(_Section):
 
     socket_ifname: str = Field("auto", description='"auto" picks the interface in the master\'s subnet; else a name (NCCL prefix-matches; "=eth0" is exact).')
     ib: Literal["auto", "on", "off"] = Field("auto", description="InfiniBand: auto uses it when every node has an Active port.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank, e.g. NCCL_DEBUG.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank, e.g. NCCL_DEBUG "
+                                                        "(secret-looking values masked in run.json and the logs, as [job].env).")
 
     @field_validator("env")
     @classmethod

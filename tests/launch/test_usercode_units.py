@@ -232,20 +232,30 @@ def test_code_dir_is_relative_to_the_config_file(tmp_path):
 
 
 def test_progress_regex_tee_ends_a_line_at_carriage_return_and_caps_the_partial():
-    """tqdm redraws with ``\\r`` only (no newline when not a terminal): each update is a line, the buffer stays small."""
+    """tqdm redraws with ``\r`` only (no newline when not a terminal): each update is a line, the buffer stays small,
+    and a burst of redraws is matched once per interval (the latest update), the last one when the command ends."""
     import io
 
     from agent.workloads.usercode import PARTIAL_CAP, RegexTee
 
+    now = [0]
     out = io.StringIO()
-    tee = RegexTee(out, re.compile(r"(?P<step>\d+)/(?P<total>\d+) \[loss (?P<loss>[0-9.]+)\]"), rank=0)
+    tee = RegexTee(out, re.compile(r"(?P<step>\d+)/(?P<total>\d+) \[loss (?P<loss>[0-9.]+)\]"), rank=0, clock=lambda: now[0],
+                   redraw_every_s=10)
+
+    def progress() -> list[dict]:
+        return [json.loads(line[line.index('{"ftwiz"'):]) for line in out.getvalue().split("\n") if '{"ftwiz":"progress"' in line]
+
     for step in range(1, 16001):
+        now[0] = step  # one redraw a second, one looked at every 10 s: one in ten is matched
         tee.write(f"\r {step * 100 // 16000:3d}%|##  | {step}/16000 [loss 0.{step % 10}]")
         assert len(tee._partial) <= PARTIAL_CAP
-    progress = [json.loads(line[line.index('{"ftwiz"'):]) for line in out.getvalue().split("\n") if '{"ftwiz":"progress"' in line]
-    assert len(progress) == 15999 and progress[-1]["step"] == 15999 and progress[-1]["total_steps"] == 16000
+    steps = [p["step"] for p in progress()]
+    assert steps == list(range(10, 16000, 10)) and progress()[-1]["total_steps"] == 16000
+    tee.finish()  # the command ended: the update still held is matched
+    assert progress()[-1]["step"] == 15999
     tee.write("x" * (3 * PARTIAL_CAP))  # one endless line: only its tail is kept
     assert len(tee._partial) == PARTIAL_CAP
-    tee.write(" 5/9 [loss 0.5]\n")
-    assert json.loads(out.getvalue().rstrip("\n").rsplit("\n", 1)[-1])["step"] == 5
-    assert "16000 [loss 0.0]" in out.getvalue()  # everything written still reaches the log
+    tee.write(" 5/9 [loss 0.5]\n")  # a \n-ended line is matched at once
+    assert progress()[-1]["step"] == 5
+    assert "16000/16000 [loss 0.0]" in out.getvalue()  # everything written still reaches the log

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from shared.config import FtwizConfig, NodeConfig
+from shared.redact import masked_env
 from tui.launch.codeship import bundle_for_run, resolve_code_dir
 from tui.launch.plan import NodePlan, Payload, build_plan, start_script
 
@@ -82,7 +83,7 @@ def node_files(
         "nproc": mine.nproc,
         "command": mine.argv,
         "command_line": mine.command_line,
-        "env": mine.env,
+        "env": masked_env(mine.env),
         "cuda_visible_devices": mine.cuda_visible_devices,
         "node_log": f"{rundir_abs}/{node.name}.log",
     }

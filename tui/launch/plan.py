@@ -31,6 +31,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from agent.procmatch import RUN_ID_PATTERN
 from shared.config import FtwizConfig, NodeConfig
+from shared.redact import masked_env
 
 __all__ = [
     "NodePlan",
@@ -88,8 +89,8 @@ class NodePlan:
 
     @property
     def command_line(self) -> str:
-        """The command as one copy-pasteable shell line (environment first)."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        """The command as one shell line (environment first) to show and record: secret-looking values masked."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(masked_env(self.env).items()))
         return f"{env} {shlex.join(self.argv)}"
 
 
