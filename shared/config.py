@@ -52,6 +52,10 @@ class ClusterConfig(_Section):
     ssh_keepalive_s: float = Field(3.0, gt=0, le=60, description="SSH keepalive interval: a cut link is noticed in a few of these.")
     ssh_connect_timeout_s: float = Field(10.0, gt=0, le=120, description="SSH connect timeout per node.")
     agent_timeout_s: float = Field(3.0, gt=0, le=60, description="Per-node timeout of an agent request.")
+    agent_tls: bool = Field(False, description="Talk HTTPS to every agent (each started with --tls-cert/--tls-key); the token then "
+                                               "never crosses the network in clear.")
+    agent_ca_file: str = Field("", description="With agent_tls: PEM bundle every agent's certificate must verify against "
+                                               "(self-signed node certificates concatenated work); empty: the system's CAs.")
     known_hosts: Optional[str] = Field(None, description="known_hosts file for SSH host keys; default ~/.ssh/known_hosts (and the system file).")
     ssh_config: Optional[str] = Field(None, description="OpenSSH client config to honour; default ~/.ssh/config.")
     backend: Literal["ssh", "slurm"] = Field("ssh", description='How nodes are reached: "ssh" (the [[nodes]] listed) or "slurm" (allocated per [slurm]).')
