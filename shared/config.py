@@ -241,6 +241,9 @@ class FtwizConfig(BaseModel):
     def _cross_checks(self) -> "FtwizConfig":
         if not self.nodes and self.cluster.backend == "ssh":
             raise ValueError(NO_NODES)
+        if self.cluster.agent_tls and self.cluster.backend == "slurm":
+            raise ValueError('cluster.agent_tls is for backend = "ssh": on Slurm the agents run as a job step of your allocation '
+                             "with a per-job token; remove agent_tls")
         names = [n.name for n in self.nodes]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
