@@ -63,6 +63,11 @@ def build_serve_parser() -> argparse.ArgumentParser:
         help="connect/bandwidth probes only reach IP addresses in these networks; repeatable (default: anywhere)",
     )
     parser.add_argument("--stop-grace", type=_positive_float, default=5.0, metavar="SECONDS", help="SIGTERM-to-SIGKILL grace when stopping a run (default: 5)")
+    parser.add_argument("--tls-cert", default=None, metavar="PATH",
+                        help="serve HTTPS only, with this PEM certificate (chain); needs --tls-key (installers/install-agent.sh --tls makes one)")
+    parser.add_argument("--tls-key", default=None, metavar="PATH", help="the certificate's private key (PEM, mode 0600)")
+    parser.add_argument("--tls-ca", default=None, metavar="PATH",
+                        help="PEM bundle to verify peer agents against in bandwidth probes (default: the system's CAs)")
     return parser
 
 
@@ -93,6 +98,10 @@ def _serve(args: argparse.Namespace) -> int:
     except TokenError as error:
         print(f"ftwiz-agent: {error}", file=sys.stderr)
         return EXIT_USAGE
+    tls_problem = _tls_problem(args)
+    if tls_problem:
+        print(f"ftwiz-agent: {tls_problem}", file=sys.stderr)
+        return EXIT_USAGE
     settings = AgentSettings(
         node_name=args.node_name or socket.gethostname(),
         token=token,
@@ -102,6 +111,8 @@ def _serve(args: argparse.Namespace) -> int:
         gpu_fixture=args.gpu_fixture,
         probe_allow=tuple(args.probe_allow or ()),
         stop_grace_s=args.stop_grace,
+        tls=args.tls_cert is not None,
+        tls_ca_file=args.tls_ca,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Imported here so `ftwiz-agent token` and `--help` stay fast.
@@ -127,6 +138,9 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=args.log_level == "debug",  # an access line per request costs more CPU than the request
         server_header=False,
         proxy_headers=False,
+        # uvicorn's own TLS (node_exporter's model): with a certificate the port speaks HTTPS only.
+        ssl_certfile=args.tls_cert,
+        ssl_keyfile=args.tls_key,
     )
     server = _quiet_server_class()(config)
     # The sampler threads run Python between NVML/psutil calls; at the default 5 ms switch interval a
@@ -135,6 +149,23 @@ def _serve(args: argparse.Namespace) -> int:
     server.run()
     # uvicorn returns instead of raising when it cannot bind; its log line says why.
     return 0 if server.started else 1
+
+
+def _tls_problem(args: argparse.Namespace) -> Optional[str]:
+    """Why the TLS options cannot work (None when they can, or are not given)."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together: give both (installers/install-agent.sh --tls prints their paths)"
+    for option, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--tls-ca", args.tls_ca)):
+        if path is not None and not os.access(path, os.R_OK):
+            return f"{option} {path}: cannot read it (missing, or not readable by this user)"
+    if args.tls_cert is not None:
+        import ssl
+
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(args.tls_cert, args.tls_key)
+        except (ssl.SSLError, OSError) as error:
+            return f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: not a certificate and its key ({error})"
+    return None
 
 
 def _quiet_server_class() -> type:

@@ -249,6 +249,28 @@ def _read_int(path):
         return None
 
 
+class _Bounded(object):
+    """At most ``size`` bytes of ``stream`` (the payload frame), so the ``go`` line after it stays unread."""
+
+    def __init__(self, stream, size):
+        self.stream, self.left = stream, size
+
+    def read(self, n=-1):
+        # type: (int) -> bytes
+        if n is None or n < 0 or n > self.left:
+            n = self.left
+        data = self.stream.read(n) if n else b""
+        self.left -= len(data)
+        return data
+
+    def drain(self):
+        """Read what the archive left of the frame; False when the input ended before the frame did."""
+        while self.left:
+            if not self.read(1 << 16):
+                return False
+        return True
+
+
 def cmd_launch(node, tick):
     """Receive the job on stdin, wait for ``go``, start ``<node>.sh`` in its own session, then follow.
 
@@ -257,7 +279,6 @@ def cmd_launch(node, tick):
     (``P <pgid>``, then as ``follow``), anything else or end of input leaves without starting anything
     (``X aborted``). One SSH exec per node carries upload, start and log stream.
     """
-    import io
     import subprocess
     import tarfile
 
@@ -267,17 +288,23 @@ def cmd_launch(node, tick):
     if len(header) != 2 or header[0] != "payload" or not header[1].isdigit():
         _emit("X aborted")
         return 3
-    size = int(header[1])
-    data = sys.stdin.buffer.read(size)
-    if len(data) != size:
+    os.umask(0o077)  # job.json and <node>.sh hold the job's secrets; the logs and exit files are the user's alone
+    payload = _Bounded(sys.stdin.buffer, int(header[1]))
+    extract = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python 3.12+: refuse links, devices
+    try:
+        # Streamed: the node's own tar, then the run's code tar, read as one archive (ignore_zeros).
+        with tarfile.open(fileobj=payload, mode="r|", ignore_zeros=True) as tar:  # type: ignore[call-overload]
+            for member in tar:
+                if member.name.startswith("/") or ".." in member.name.split("/") or not (member.isfile() or member.isdir()):
+                    _emit("X bad-payload")
+                    return 3
+                tar.extract(member, rundir, **extract)
+    except (tarfile.TarError, EOFError):
         _emit("X aborted")
         return 3
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        for member in tar.getmembers():
-            if member.name.startswith("/") or ".." in member.name.split("/") or not (member.isfile() or member.isdir()):
-                _emit("X bad-payload")
-                return 3
-        tar.extractall(rundir)
+    if not payload.drain():
+        _emit("X aborted")
+        return 3
     _emit("U")
     if sys.stdin.buffer.readline().strip() != b"go":
         _emit("X aborted")

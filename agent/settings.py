@@ -41,6 +41,10 @@ class AgentSettings:
     """Seconds between SIGTERM and SIGKILL when stopping a run."""
     max_json_body_bytes: int = MAX_JSON_BODY_BYTES
     """Body limit of the JSON routes."""
+    tls: bool = False
+    """Served over HTTPS only (``--tls-cert``/``--tls-key``): the bandwidth probe then sends the token to peers over HTTPS only."""
+    tls_ca_file: Optional[str] = None
+    """PEM bundle peer agents' certificates are verified against in the bandwidth probe (None: the system's CAs)."""
 
     @property
     def token_bytes(self) -> bytes:

@@ -25,6 +25,8 @@ usage: install-agent.sh [options]
   --skip-pip           do not (re)install the package into the venv
   --root DIR           write everything under DIR (staging or tests); implies --no-start
   --no-start           install and enable nothing in systemd, only write the files
+  --tls                serve HTTPS only: make a self-signed certificate for this node's names and addresses
+                       once (/etc/ftwiz/agent.crt, key agent.key 0600; kept on later runs) and print where it is
 USAGE
 }
 
@@ -43,6 +45,7 @@ venv=""
 skip_pip=0
 root=""
 start=1
+tls=0
 
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -58,6 +61,7 @@ while [ "$#" -gt 0 ]; do
     --skip-pip) skip_pip=1; shift ;;
     --root) root="${2:?--root needs a folder}"; start=0; shift 2 ;;
     --no-start) start=0; shift ;;
+    --tls) tls=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown option: $1" ;;
   esac
@@ -134,15 +138,47 @@ if [ -z "$root" ]; then
   chown -- "$run_user:$run_group" "$token_file"
 fi
 
-# 3. Options for the unit's ExecStart.
+# 3. With --tls: a self-signed certificate for every name and address of this node, made once.
+if [ "$tls" -eq 1 ]; then
+  command -v openssl >/dev/null || die "--tls needs openssl: install the openssl package"
+  cert_file="$etc_dir/agent.crt"
+  key_file="$etc_dir/agent.key"
+  if [ -f "$cert_file" ] && [ -f "$key_file" ]; then
+    printf 'kept      %s\n' "$cert_file"
+  else
+    names="DNS:localhost,IP:127.0.0.1,IP:::1"
+    for name in "$node_name" "$(hostname -s 2>/dev/null || true)" "$(hostname -f 2>/dev/null || true)"; do
+      case "$name" in ''|*[!A-Za-z0-9.-]*) ;; *) names="$names,DNS:$name" ;; esac
+    done
+    for address in $(hostname -I 2>/dev/null || true); do
+      case "$address" in *[!0-9A-Fa-f.:]*|'') ;; *) names="$names,IP:$address" ;; esac
+    done
+    (umask 077 && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+      -subj "/CN=$node_name" -addext "subjectAltName=$names" -keyout "$key_file" -out "$cert_file" 2>/dev/null) \
+      || die "openssl could not make the certificate (it needs OpenSSL 1.1.1 or newer for -addext)"
+    chmod 0644 -- "$cert_file"
+    printf 'wrote     %s (for %s)\n' "$cert_file" "$names"
+  fi
+  chmod 0600 -- "$key_file"
+  if [ -z "$root" ]; then
+    chown -- "$run_user:$run_group" "$key_file"
+  fi
+  printf 'TLS certificate of this node: %s (%s)\n' "$cert_file" "$(openssl x509 -in "$cert_file" -noout -fingerprint -sha256)"
+  printf 'append it to the controller'"'"'s [cluster] agent_ca_file and set agent_tls = true\n'
+fi
+
+# 4. Options for the unit's ExecStart.
 args=(--host 0.0.0.0 --port "$port" --node-name "$node_name" --python "$training_python")
 for path in "${disk_paths[@]}"; do
   args+=(--disk-path "$path")
 done
+if [ "$tls" -eq 1 ]; then
+  args+=(--tls-cert /etc/ftwiz/agent.crt --tls-key /etc/ftwiz/agent.key)
+fi
 write_if_changed "$etc_dir/agent.env" "# Written by install-agent.sh; the unit passes these to ftwiz-agent serve.
 FTWIZ_AGENT_ARGS=${args[*]}" 0644
 
-# 4. The unit (pointing at this venv) and the User= drop-in.
+# 5. The unit (pointing at this venv) and the User= drop-in.
 install -d -m 0755 -- "$unit_dir" "$unit_dir/ftwiz-agent.service.d"
 unit="$(cat -- "$script_dir/ftwiz-agent.service")"
 unit="${unit//\/opt\/ftwiz-agent\/venv/$venv}"
@@ -152,12 +188,16 @@ write_if_changed "$unit_dir/ftwiz-agent.service.d/user.conf" "# Written by insta
 User=$run_user
 Group=$run_group" 0644
 
-# 5. Enable and (re)start.
+# 6. Enable and (re)start.
 if [ "$start" -eq 1 ]; then
   systemctl daemon-reload
   systemctl enable --quiet ftwiz-agent.service
   systemctl restart ftwiz-agent.service
-  printf 'ftwiz-agent is running on port %s as %s; check it with: curl -s http://127.0.0.1:%s/healthz\n' "$port" "$run_user" "$port"
+  if [ "$tls" -eq 1 ]; then
+    printf 'ftwiz-agent is running on port %s (HTTPS only) as %s; check it with: curl -s --cacert /etc/ftwiz/agent.crt https://127.0.0.1:%s/healthz\n' "$port" "$run_user" "$port"
+  else
+    printf 'ftwiz-agent is running on port %s as %s; check it with: curl -s http://127.0.0.1:%s/healthz\n' "$port" "$run_user" "$port"
+  fi
 else
   printf 'files written; start with: systemctl daemon-reload && systemctl enable --now ftwiz-agent\n'
 fi

@@ -52,6 +52,10 @@ class ClusterConfig(_Section):
     ssh_keepalive_s: float = Field(3.0, gt=0, le=60, description="SSH keepalive interval: a cut link is noticed in a few of these.")
     ssh_connect_timeout_s: float = Field(10.0, gt=0, le=120, description="SSH connect timeout per node.")
     agent_timeout_s: float = Field(3.0, gt=0, le=60, description="Per-node timeout of an agent request.")
+    agent_tls: bool = Field(False, description="Talk HTTPS to every agent (each started with --tls-cert/--tls-key); the token then "
+                                               "never crosses the network in clear.")
+    agent_ca_file: str = Field("", description="With agent_tls: PEM bundle every agent's certificate must verify against "
+                                               "(self-signed node certificates concatenated work); empty: the system's CAs.")
     known_hosts: Optional[str] = Field(None, description="known_hosts file for SSH host keys; default ~/.ssh/known_hosts (and the system file).")
     ssh_config: Optional[str] = Field(None, description="OpenSSH client config to honour; default ~/.ssh/config.")
     backend: Literal["ssh", "slurm"] = Field("ssh", description='How nodes are reached: "ssh" (the [[nodes]] listed) or "slurm" (allocated per [slurm]).')
@@ -128,7 +132,8 @@ class JobConfig(_Section):
     command: list[str] = Field(default_factory=list, description='workload = "command": your script and its arguments (["train.py", "--lr", "1e-4"]) or ["-m", "module", ...].')
     code_dir: str = Field(".", description='workload = "command": directory shipped to every node (relative to ftwiz.toml); "" = already on every node.')
     requires: list[str] = Field(default_factory=list, description='workload = "command": pip requirements your code needs ("trl>=0.20"), checked on every node.')
-    env: dict[str, str] = Field(default_factory=dict, description='workload = "command": extra environment for every rank, e.g. { WANDB_MODE = "offline" }.')
+    env: dict[str, str] = Field(default_factory=dict, description='workload = "command": extra environment for every rank, e.g. { WANDB_MODE = "offline" }. '
+                                                        "Values of keys holding TOKEN, SECRET, KEY or PASSWORD are masked in run.json and the logs.")
     progress_regex: Optional[str] = Field(None, description="A regular expression with named groups step, loss, total (also lr, epoch) that finds progress in your code's own lines.")
 
     @field_validator("command")
@@ -178,7 +183,8 @@ class NcclConfig(_Section):
 
     socket_ifname: str = Field("auto", description='"auto" picks the interface in the master\'s subnet; else a name (NCCL prefix-matches; "=eth0" is exact).')
     ib: Literal["auto", "on", "off"] = Field("auto", description="InfiniBand: auto uses it when every node has an Active port.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank, e.g. NCCL_DEBUG.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank, e.g. NCCL_DEBUG "
+                                                        "(secret-looking values masked in run.json and the logs, as [job].env).")
 
     @field_validator("env")
     @classmethod
@@ -235,6 +241,9 @@ class FtwizConfig(BaseModel):
     def _cross_checks(self) -> "FtwizConfig":
         if not self.nodes and self.cluster.backend == "ssh":
             raise ValueError(NO_NODES)
+        if self.cluster.agent_tls and self.cluster.backend == "slurm":
+            raise ValueError('cluster.agent_tls is for backend = "ssh": on Slurm the agents run as a job step of your allocation '
+                             "with a per-job token; remove agent_tls")
         names = [n.name for n in self.nodes]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

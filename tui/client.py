@@ -40,6 +40,7 @@ from shared.models import (
     RunStopResult,
 )
 from shared.version import __version__
+from tui.client_errors import certificate_error, peer_certificate
 from tui.client_errors import network_message as _network_message
 from tui.client_errors import response_detail as _detail
 
@@ -169,6 +170,17 @@ class AgentClient:
         # every connection for every queued request, which makes a 64-node poll quadratic.
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._ssl: Optional[ssl.SSLContext] = None
+        #: ``[cluster] agent_tls``: every call is HTTPS, verified against ``agent_ca_file``.
+        self.tls = config.cluster.agent_tls
+        self.ca_file = os.path.expanduser(config.cluster.agent_ca_file) if config.cluster.agent_ca_file else None
+        self.tls_error: Optional[str] = None
+        if self.tls:
+            try:
+                # Built once: httpx would load the CA bundle again for every client (~35 ms each).
+                self._ssl = ssl.create_default_context(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                self.tls_error = (f"[cluster] agent_ca_file {config.cluster.agent_ca_file}: cannot load it as a PEM bundle "
+                                  f"({getattr(exc, 'strerror', None) or exc})")
 
     async def __aenter__(self) -> "AgentClient":
         return self
@@ -200,17 +212,38 @@ class AgentClient:
         return node if isinstance(node, NodeConfig) else self.config.node(node)
 
     def base_url(self, node: NodeRef) -> str:
-        """``http://host:port`` of ``node``'s agent (IPv6 literals bracketed)."""
+        """``http://host:port`` of ``node``'s agent, ``https://`` with ``agent_tls`` (IPv6 literals bracketed)."""
         cfg = self._node(node)
         host = f"[{cfg.host}]" if ":" in cfg.host and not cfg.host.startswith("[") else cfg.host
-        return f"http://{host}:{self.config.agent_port(cfg)}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.config.agent_port(cfg)}"
 
     def _down_hint(self, cfg: NodeConfig) -> str:
         port = self.config.agent_port(cfg)
+        if self.tls:
+            return (
+                f"start the agent on {cfg.name} with TLS: ftwiz-agent --host 0.0.0.0 --port {port} --token-file "
+                f"{self.config.cluster.agent_token_file} --node-name {cfg.name} --tls-cert CERT --tls-key KEY "
+                f"(check with: curl --cacert {self.config.cluster.agent_ca_file or 'CA'} https://{cfg.host}:{port}/healthz)"
+            )
         return (
             f"start the agent on {cfg.name}: ftwiz-agent --host 0.0.0.0 --port {port} --token-file "
             f"{self.config.cluster.agent_token_file} --node-name {cfg.name} (check with: curl http://{cfg.host}:{port}/healthz)"
         )
+
+    def _certificate_hint(self, cfg: NodeConfig) -> str:
+        path = self.config.cluster.agent_ca_file
+        bundle = f"[cluster] agent_ca_file ({path})" if path else "a PEM bundle named by [cluster] agent_ca_file"
+        return (f"append {cfg.name}'s certificate (installers/install-agent.sh --tls printed its path) to {bundle}, or "
+                f"give the agent a certificate for {cfg.host} signed by a CA in it")
+
+    async def _unreachable(self, cfg: NodeConfig, url: str, exc: httpx.HTTPError, wait: float) -> tuple[str, str]:
+        """The message and fix for a call that got no HTTP answer; a certificate that did not verify is named."""
+        if certificate_error(exc) is None:
+            return _network_message(exc, url, wait), self._down_hint(cfg)
+        presented = await asyncio.to_thread(peer_certificate, cfg.host, self.config.agent_port(cfg), wait)
+        against = f"[cluster] agent_ca_file {self.config.cluster.agent_ca_file}" if self.ca_file else "the system's CAs"
+        return (f"{_network_message(exc, url, wait)}; {cfg.name}'s agent presented certificate {presented}, "
+                f"which does not verify against {against}"), self._certificate_hint(cfg)
 
     def _token_hint(self, cfg: NodeConfig) -> str:
         path = self.config.cluster.agent_token_file
@@ -232,12 +265,14 @@ class AgentClient:
         url = self.base_url(cfg)
         if self._token is None:
             return NodeStatus(cfg.name, url, NodeState.UNAUTHORIZED, self.token_error or "no token", self._token_hint(cfg))
+        if self.tls_error is not None:
+            return NodeStatus(cfg.name, url, NodeState.DOWN, self.tls_error, "point agent_ca_file at the agents' certificates (PEM)")
         sent = time.time()
         start = time.perf_counter()
         try:
             response = await self._http(url).get("/v1/report", timeout=self.timeout)
         except httpx.HTTPError as exc:
-            return NodeStatus(cfg.name, url, NodeState.DOWN, _network_message(exc, url, self.timeout), self._down_hint(cfg))
+            return NodeStatus(cfg.name, url, NodeState.DOWN, *await self._unreachable(cfg, url, exc, self.timeout))
         rtt = time.perf_counter() - start
         received = time.time()
         status = NodeStatus(cfg.name, url, NodeState.UP, sent_at=sent, received_at=received, rtt_s=rtt)
@@ -303,11 +338,14 @@ class AgentClient:
         url = self.base_url(cfg)
         if auth and self._token is None:
             return AgentReply(cfg.name, NodeState.UNAUTHORIZED, error=self.token_error or "no token", hint=self._token_hint(cfg))
+        if self.tls_error is not None:
+            return AgentReply(cfg.name, NodeState.DOWN, error=self.tls_error, hint="point agent_ca_file at the agents' certificates (PEM)")
         wait = timeout if timeout is not None else self.timeout
         try:
             response = await self._http(url).request(method, path, json=json, timeout=wait)
         except httpx.HTTPError as exc:
-            return AgentReply(cfg.name, NodeState.DOWN, error=_network_message(exc, url, wait), hint=self._down_hint(cfg))
+            error, hint = await self._unreachable(cfg, url, exc, wait)
+            return AgentReply(cfg.name, NodeState.DOWN, error=error, hint=hint)
         if response.status_code >= 400:
             problem = self._classify(cfg, response)
             state, message, hint = problem if problem else (NodeState.DOWN, "", "")

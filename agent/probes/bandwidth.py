@@ -42,7 +42,8 @@ class SinkLimitExceeded(Exception):
 
 
 async def stream_to_peer(
-    peer_url: str, seconds: float, *, token: str, allow: Sequence[IpNetwork] = (), max_bytes: int = SEND_MAX_BYTES
+    peer_url: str, seconds: float, *, token: str, allow: Sequence[IpNetwork] = (), max_bytes: int = SEND_MAX_BYTES,
+    tls_only: bool = False, ca_file: Optional[str] = None,
 ) -> BandwidthProbeResult:
     """Stream to ``peer_url``'s sink for ``seconds``; failures are reported in ``error``.
 
@@ -55,10 +56,14 @@ async def stream_to_peer(
         target = _parse_peer(peer_url)
     except ValueError as error:
         return _failed(peer_url, str(error))
+    if tls_only and target.scheme != "https":
+        # This agent serves HTTPS: so do its peers, and the token must not cross the network in clear.
+        return _failed(peer_url, "this agent serves TLS (--tls-cert): the peer must be https://, the token is never sent over plain HTTP; "
+                                 "set [cluster] agent_tls = true")
     refusal = target_refusal(target.host, allow)
     if refusal:
         return _failed(peer_url, refusal)
-    return await asyncio.to_thread(_upload, target, peer_url, seconds, token, max_bytes)
+    return await asyncio.to_thread(_upload, target, peer_url, seconds, token, max_bytes, ca_file)
 
 
 @dataclass(frozen=True)
@@ -88,11 +93,11 @@ def _parse_peer(peer_url: str) -> _Peer:
     return _Peer(parts.scheme, host, port or (443 if parts.scheme == "https" else 80), parts.path.rstrip("/") + "/v1/sink")
 
 
-def _upload(peer: _Peer, peer_url: str, seconds: float, token: str, max_bytes: int) -> BandwidthProbeResult:
+def _upload(peer: _Peer, peer_url: str, seconds: float, token: str, max_bytes: int, ca_file: Optional[str] = None) -> BandwidthProbeResult:
     sent = 0
     started = time.monotonic()
     try:
-        with _connect(peer, timeout=min(5.0, seconds + 2)) as sock:
+        with _connect(peer, timeout=min(5.0, seconds + 2), ca_file=ca_file) as sock:
             host = f"[{peer.host}]" if ":" in peer.host else peer.host
             sock.sendall(
                 f"POST {peer.path} HTTP/1.1\r\nHost: {host}:{peer.port}\r\nAuthorization: Bearer {token}\r\n"
@@ -134,10 +139,10 @@ def _upload(peer: _Peer, peer_url: str, seconds: float, token: str, max_bytes: i
     )
 
 
-def _connect(peer: _Peer, *, timeout: float) -> socket.socket:
+def _connect(peer: _Peer, *, timeout: float, ca_file: Optional[str] = None) -> socket.socket:
     sock = socket.create_connection((peer.host, peer.port), timeout=timeout)
     if peer.scheme == "https":
-        sock = ssl.create_default_context().wrap_socket(sock, server_hostname=peer.host)
+        sock = ssl.create_default_context(cafile=ca_file).wrap_socket(sock, server_hostname=peer.host)
     return sock
 
 

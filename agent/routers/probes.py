@@ -76,5 +76,6 @@ async def bandwidth_probe(body: BandwidthProbeRequest, state: AgentState = Depen
         )
     async with lock:
         return await bandwidth.stream_to_peer(
-            body.peer_url, body.seconds, token=state.settings.token, allow=state.settings.probe_allow
+            body.peer_url, body.seconds, token=state.settings.token, allow=state.settings.probe_allow,
+            tls_only=state.settings.tls, ca_file=state.settings.tls_ca_file,
         )

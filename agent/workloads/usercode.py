@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 from .dist import die_with_parent, register_stack_dump
 from .protocol import emit, format_line
@@ -57,14 +57,19 @@ def main(argv: Optional[list[str]] = None) -> int:
          local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), hostname=socket.gethostname(), backend=None, pid=os.getpid(),
          workload="command")
     pattern = spec.get("progress_regex")
-    if pattern:
-        sys.stdout = RegexTee(sys.stdout, re.compile(pattern), rank)
+    tee = RegexTee(sys.stdout, re.compile(pattern), rank) if pattern else None
+    if tee is not None:
+        sys.stdout = tee
     if rank == 0:
         log = trainer_log_path(command, spec.get("output_dir") or "")
         start = os.path.getsize(log) if os.path.exists(log) else 0  # records of an earlier run are not news
         threading.Thread(target=tail_trainer_log, args=(log, sys.stdout), kwargs={"offset": start}, name="ftwiz-trainer-log",
                          daemon=True).start()
-    return run_command(command, root)
+    try:
+        return run_command(command, root)
+    finally:
+        if tee is not None:
+            tee.finish()
 
 
 def code_root(spec: dict[str, Any], rundir: str) -> str:
@@ -127,23 +132,65 @@ def report_exception(error: BaseException) -> None:
             pass
 
 
-class RegexTee(io.TextIOBase):
-    """stdout that also prints a ``progress`` line after each line ``[job].progress_regex`` matches."""
+#: The most of an unfinished line a :class:`RegexTee` keeps (a progress line is short; the tail of a longer one is kept).
+PARTIAL_CAP = 8192
+#: ``\r``-ended updates (a redrawn bar) are looked at once per this many seconds at most; the latest one wins.
+REDRAW_EVERY_S = 0.5
+_LINE_END = re.compile(r"([\r\n])")
 
-    def __init__(self, inner: TextIO, pattern: "re.Pattern[str]", rank: int) -> None:
+
+class RegexTee(io.TextIOBase):
+    """stdout that also prints a ``progress`` line after each line ``[job].progress_regex`` matches.
+
+    ``\r`` ends a line as ``\n`` does (tqdm redraws its bar with ``\r`` alone when not on a terminal). A
+    ``\n``-ended line is matched at once; of the ``\r``-ended ones (thousands a second from a fast bar) only the
+    latest is kept and matched at most every :data:`REDRAW_EVERY_S` (and by :meth:`finish`). At most
+    :data:`PARTIAL_CAP` characters of an unfinished line are kept: each write costs its own length.
+    """
+
+    def __init__(self, inner: TextIO, pattern: "re.Pattern[str]", rank: int, *,
+                 clock: Callable[[], float] = time.monotonic, redraw_every_s: float = REDRAW_EVERY_S) -> None:
         self.inner, self.pattern, self.rank = inner, pattern, rank
+        self._clock, self._redraw_every_s = clock, redraw_every_s
         self._partial = ""
+        self._redrawn: Optional[str] = None
+        self._redrawn_seen = float("-inf")
 
     def write(self, text: str) -> int:
-        written = self.inner.write(text)
-        self._partial += text
-        while "\n" in self._partial:
-            line, self._partial = self._partial.split("\n", 1)
-            record = regex_record(self.pattern, line)
-            if record is not None:
-                self.inner.write(format_line("progress", rank=self.rank, **record) + "\n")
-                self.inner.flush()
-        return written
+        cut = max(text.rfind("\n"), text.rfind("\r"))
+        if cut < 0:
+            self._partial = (self._partial + text)[-PARTIAL_CAP:]
+            return self.inner.write(text)
+        written = self.inner.write(text[:cut + 1])
+        pieces = _LINE_END.split(self._partial + text[:cut + 1])  # line, end, line, end, ..., ""
+        self._partial = text[cut + 1:][-PARTIAL_CAP:]
+        for at in range(1, len(pieces), 2):
+            line, end = pieces[at - 1], pieces[at]
+            if end == "\r":
+                self._redrawn = line
+            else:
+                self._match_redrawn()
+                self._match(line)
+        if self._redrawn is not None and self._clock() - self._redrawn_seen >= self._redraw_every_s:
+            self._match_redrawn()
+        return written + self.inner.write(text[cut + 1:])
+
+    def finish(self) -> None:
+        """Match the last ``\r``-ended update still held (the command ended)."""
+        self._match_redrawn()
+        self.inner.flush()
+
+    def _match_redrawn(self) -> None:
+        if self._redrawn is not None:
+            line, self._redrawn = self._redrawn, None
+            self._redrawn_seen = self._clock()
+            self._match(line)
+
+    def _match(self, line: str) -> None:
+        record = regex_record(self.pattern, line[-PARTIAL_CAP:])
+        if record is not None:
+            self.inner.write(format_line("progress", rank=self.rank, **record) + "\n")
+            self.inner.flush()
 
     def flush(self) -> None:
         self.inner.flush()

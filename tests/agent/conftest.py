@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -42,11 +43,16 @@ def make_token(directory: Path, name: str = "agent.token") -> Path:
 class AgentProcess:
     """One running agent: its URL, token, log and process."""
 
-    def __init__(self, workdir: Path, *, node_name: str, token_file: Optional[Path] = None, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, workdir: Path, *, node_name: str, token_file: Optional[Path] = None, extra_args: Sequence[str] = (),
+                 tls: Optional[tuple[Path, Path]] = None) -> None:
         self.workdir = workdir
         self.node_name = node_name
         self.port = free_port()
-        self.url = f"http://{LOOPBACK}:{self.port}"
+        #: ``(certificate, key)``: the agent serves HTTPS only (``--tls-cert``/``--tls-key``).
+        self.tls = tls
+        self.url = f"{'https' if tls else 'http'}://{LOOPBACK}:{self.port}"
+        if tls is not None:
+            extra_args = ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1]), *extra_args]
         self.token_file = token_file or make_token(workdir, f"{node_name}.token")
         self.token = self.token_file.read_text().strip()
         self.log_path = workdir / f"{node_name}.log"
@@ -71,6 +77,8 @@ class AgentProcess:
 
     def client(self, **kwargs) -> httpx.Client:
         """An authenticated client for this agent (never uses proxies from the environment)."""
+        if self.tls is not None:
+            kwargs.setdefault("verify", ssl.create_default_context(cafile=str(self.tls[0])))
         return httpx.Client(base_url=self.url, headers=self.auth, timeout=30.0, trust_env=False, **kwargs)
 
     def log_tail(self) -> str:
@@ -94,7 +102,8 @@ class AgentProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"agent {self.node_name} exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
-                if httpx.get(self.url + "/healthz", timeout=1.0, trust_env=False).status_code == 200:
+                verify = ssl.create_default_context(cafile=str(self.tls[0])) if self.tls is not None else True
+                if httpx.get(self.url + "/healthz", timeout=1.0, trust_env=False, verify=verify).status_code == 200:
                     return
             except httpx.TransportError:
                 pass

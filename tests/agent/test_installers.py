@@ -145,3 +145,35 @@ def test_installer_script_is_strict_bash() -> None:
     if shellcheck:
         result = subprocess.run([shellcheck, str(INSTALLER)], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stdout
+
+
+def test_installer_tls_makes_a_certificate_for_the_node_and_says_where(tmp_path: Path) -> None:
+    """``--tls``: a self-signed certificate with the node's names and addresses, its key 0600, the agent told to use
+    both, and the path printed; a second run keeps them. The agent starts with them and serves HTTPS."""
+    import ipaddress
+    import ssl
+
+    import httpx
+    from cryptography import x509
+
+    from .conftest import AgentProcess
+
+    first = stage(tmp_path, "--node-name", "n1", "--tls")
+    assert first.returncode == 0, first.stderr
+    cert, key = tmp_path / "etc/ftwiz/agent.crt", tmp_path / "etc/ftwiz/agent.key"
+    assert f"TLS certificate of this node: {cert}" in first.stdout and "agent_ca_file" in first.stdout
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    names = x509.load_pem_x509_certificate(cert.read_bytes()).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "n1" in names.get_values_for_type(x509.DNSName)
+    assert ipaddress.ip_address("127.0.0.1") in names.get_values_for_type(x509.IPAddress)
+    env = (tmp_path / "etc/ftwiz/agent.env").read_text()
+    assert "--tls-cert /etc/ftwiz/agent.crt --tls-key /etc/ftwiz/agent.key" in env
+    before = cert.read_bytes()
+    second = stage(tmp_path, "--node-name", "n1", "--tls")
+    assert second.returncode == 0 and f"kept      {cert}" in second.stdout and cert.read_bytes() == before
+    agent = AgentProcess(tmp_path, node_name="n1", tls=(cert, key))
+    try:
+        verify = ssl.create_default_context(cafile=str(cert))
+        assert httpx.get(agent.url + "/healthz", verify=verify, trust_env=False, timeout=10).json()["node_name"] == "n1"
+    finally:
+        agent.stop()

@@ -9,6 +9,7 @@ import os
 import shlex
 import signal
 import socket
+import ssl
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
@@ -56,6 +57,8 @@ class Node:
         self._agent: Optional[subprocess.Popen] = None
         self._sshd: Optional[subprocess.Popen] = None
         self._extra: list[subprocess.Popen] = []
+        #: ``(certificate, key, CA bundle)`` once the agent was started with TLS (kept for restarts).
+        self.agent_tls: Optional[tuple[Path, Path, Path]] = None
 
     def __repr__(self) -> str:
         return f"<Node {self.name} {self.address} netns={self.netns}>"
@@ -63,8 +66,8 @@ class Node:
     # -- paths ------------------------------------------------------------------------------------------
     @property
     def agent_url(self) -> str:
-        """Base URL of this node's agent, e.g. ``http://10.77.3.11:8462``."""
-        return f"http://{self.address}:{self.agent_port}"
+        """Base URL of this node's agent, e.g. ``http://10.77.3.11:8462`` (``https://`` with TLS)."""
+        return f"{'https' if self.agent_tls else 'http'}://{self.address}:{self.agent_port}"
 
     @property
     def token_path(self) -> Path:
@@ -198,13 +201,21 @@ class Node:
         if c.confine_probes:
             # The agents' probes may reach only this cluster and loopback (the project's network rule).
             argv += ["--probe-allow", str(c.subnet), "--probe-allow", "127.0.0.0/8"]
+        if self.agent_tls is not None:
+            argv += ["--tls-cert", str(self.agent_tls[0]), "--tls-key", str(self.agent_tls[1]), "--tls-ca", str(self.agent_tls[2])]
         fixture = c.gpu_fixtures[self.index] if c.gpu_fixtures else None
         if fixture:
             argv += ["--gpu-fixture", str(fixture)]
         return argv + list(c.agent_args)
 
-    def start_agent(self, *, wait: bool = True, timeout: float = 60) -> None:
-        """Start this node's agent inside the namespace and, with ``wait``, until ``/healthz`` answers 200."""
+    def start_agent(self, *, wait: bool = True, timeout: float = 60, tls: Optional[tuple[Path, Path, Path]] = None) -> None:
+        """Start this node's agent inside the namespace and, with ``wait``, until ``/healthz`` answers 200.
+
+        ``tls``: ``(certificate, key, CA bundle)``: the agent serves HTTPS only (``--tls-cert``/``--tls-key``) and
+        verifies its peers against the bundle (``--tls-ca``); kept for later restarts.
+        """
+        if tls is not None:
+            self.agent_tls = tls
         if self.agent_running:
             return
         self._agent = self._spawn(self.agent_argv(), self.agent_log_path, cwd=REPO_ROOT)
@@ -255,7 +266,11 @@ class Node:
 
     def agent_healthy(self, timeout: float = 1.0) -> bool:
         """Whether ``GET /healthz`` answers 200 (stdlib HTTP: no proxy can intervene)."""
-        conn = http.client.HTTPConnection(self.address, self.agent_port, timeout=timeout)
+        if self.agent_tls is not None:
+            context = ssl.create_default_context(cafile=str(self.agent_tls[2]))
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(self.address, self.agent_port, timeout=timeout, context=context)
+        else:
+            conn = http.client.HTTPConnection(self.address, self.agent_port, timeout=timeout)
         try:
             conn.request("GET", "/healthz")
             return conn.getresponse().status == 200

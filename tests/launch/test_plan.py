@@ -184,3 +184,41 @@ def test_node_helper_refuses_a_payload_escaping_the_run_directory(tmp_path):
     out, _ = helper.communicate(f"payload {len(payload)}\n".encode() + payload + b"go\n", timeout=20)
     assert out.decode().splitlines()[-1] == "X bad-payload"
     assert not (tmp_path.parent / "evil.sh").exists()
+
+
+def test_node_helper_unpacks_its_files_then_the_shared_code_tar_private_to_the_user(tmp_path):
+    """One code tar per run, streamed after each node's own files; everything lands 0600 (umask 077 too)."""
+    import os
+    import stat
+
+    from tui.launch.codeship import collect_code
+    from tui.launch.plan import Payload, send_payload
+
+    code = tmp_path / "code-src"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("print('hi')\n")
+    (code / "pkg" / "big.bin").write_bytes(os.urandom(3 << 20))  # several send chunks
+    bundle = collect_code(code, tar_path=tmp_path / "code.tar")
+    rundir = tmp_path / "run"
+    rundir.mkdir()
+    helper = _helper("launch", "a", "1.0", cwd=rundir)
+    try:
+        assert helper.stdout.readline().decode().strip() == f"R {rundir}"
+        sent: list[bytes] = []
+
+        def send(data: bytes) -> None:
+            sent.append(data)
+            helper.stdin.write(data)
+            helper.stdin.flush()
+
+        send_payload(send, Payload({"job.json": b'{"env": {"HF_TOKEN": "x"}}', "a.sh": b"exit 0\n"}, (bundle.tar_path,)))
+        assert max(len(piece) for piece in sent[1:]) <= 1 << 20  # streamed from disk in chunks
+        assert helper.stdout.readline().strip() == b"U"
+        assert (rundir / "code" / "train.py").read_text() == "print('hi')\n"
+        assert (rundir / "code" / "pkg" / "big.bin").read_bytes() == (code / "pkg" / "big.bin").read_bytes()
+        for name in ("job.json", "a.sh", "code/train.py"):
+            assert stat.S_IMODE((rundir / name).stat().st_mode) == 0o600, name
+        assert stat.S_IMODE((rundir / "code" / "pkg").stat().st_mode) == 0o700
+    finally:
+        helper.kill()
+        helper.wait(10)

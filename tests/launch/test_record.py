@@ -57,3 +57,42 @@ def test_a_launch_keeps_its_checklist_and_shows_the_sync_forecast(tmp_path):
     assert run.progress.snapshot.sync_forecast_s == 0.64
     shown = format_progress(run.progress.snapshot.__class__(**{**run.progress.snapshot.__dict__, "sync_s": 0.71}))
     assert "sync 0.71 s/step (forecast 0.64)" in shown
+
+
+def test_secrets_stay_private_run_dir_0700_files_0600_values_masked(tmp_path):
+    """Issue 18, finding 4 (controller side): run.json and the logs keep secret-looking env values masked,
+    in a directory and files only the user can read."""
+    import os
+    import stat
+
+    from tui.launch.messages import NodeLine
+    from tui.launch.nodefiles import node_files
+
+    token, wandb = "hf_Zq8secretTOKENvalue", "wandb-key-0123456789"
+    config = FtwizConfig(nodes=[NodeConfig(name="a", host="10.0.0.1"), NodeConfig(name="b", host="10.0.0.2")],
+                         job={"workload": "command", "command": ["train.py"], "code_dir": "",
+                              "env": {"HF_TOKEN": token, "WANDB_API_KEY": wandb, "WANDB_MODE": "offline"}},
+                         nccl={"env": {"NCCL_DEBUG": "WARN", "my_password": "pa55word"}})
+    old_umask = os.umask(0o022)  # what most users have: the files must be private anyway
+    try:
+        run = Run(config, options=RunOptions(runs_dir=tmp_path))
+        built = node_files(config, config.nodes[0], run_id=run.run_id, workdir_abs="/w", rundir_abs=f"/w/runs/{run.run_id}",
+                           package={}, reports={}, network_env=None, resume=False, output_dir="out")
+        run.record.update_node("a", **built.record)
+        run._apply(NodeLine("a", f"[rank0]:printing my env: HF_TOKEN={token} WANDB_API_KEY={wandb}"))
+        run.record.close()
+    finally:
+        os.umask(old_umask)
+    assert json.loads(built.files["job.json"])["env"]["HF_TOKEN"] == token  # the node gets the value (in a 0600 file)
+    rundir = tmp_path / run.run_id
+    assert stat.S_IMODE(rundir.stat().st_mode) == 0o700
+    for path in (rundir / "run.json", rundir / "a.log"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    text = (rundir / "run.json").read_text() + (rundir / "a.log").read_text()
+    assert token not in text and wandb not in text and "pa55word" not in text
+    stored = json.loads((rundir / "run.json").read_text())
+    assert stored["config"]["job"]["env"] == {"HF_TOKEN": "***", "WANDB_API_KEY": "***", "WANDB_MODE": "offline"}
+    assert stored["config"]["nccl"]["env"] == {"NCCL_DEBUG": "WARN", "my_password": "***"}
+    assert stored["nodes"]["a"]["env"]["HF_TOKEN"] == "***" and stored["nodes"]["a"]["env"]["WANDB_MODE"] == "offline"
+    assert "HF_TOKEN='***'" in stored["nodes"]["a"]["command_line"] and token not in stored["nodes"]["a"]["command_line"]
+    assert "HF_TOKEN=*** WANDB_API_KEY=***" in (rundir / "a.log").read_text()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import stat
 import threading
 import time
 from pathlib import Path
@@ -34,7 +35,9 @@ def _ddp_config(cluster, *args: str, **job):
 
 
 def test_ddp_loop_on_three_nodes_ships_the_code_and_shows_its_progress(cluster3, tmp_path):
-    run = make_run(_ddp_config(cluster3, "--steps", "10", "--sleep", "0.3"), tmp_path)
+    config = _ddp_config(cluster3, "--steps", "10", "--sleep", "0.3")
+    config.job.env["HF_TOKEN"] = "hf_cluster_secret_0123"
+    run = make_run(config, tmp_path)
     watched = RunThread(run).start()
     result = watched.join(240)
     assert result.status == "succeeded" and result.exit_code == 0, (result, watched.notes())
@@ -55,9 +58,15 @@ def test_ddp_loop_on_three_nodes_ships_the_code_and_shows_its_progress(cluster3,
         assert f"{name}/" in log and "started" in log
         # The code ran from the shipped copy in the node's run dir.
         assert (Path(node["rundir"]) / "code" / "ddp_loop.py").read_bytes() == (SCRIPTS / "ddp_loop.py").read_bytes()
+        # Issue 18, finding 4: written over SSH, the node's run dir is 0700 and what holds the token 0600.
+        assert stat.S_IMODE(Path(node["rundir"]).stat().st_mode) == 0o700
+        for private in ("job.json", f"{name}.sh", f"{name}.log", f"{name}.exit"):
+            assert stat.S_IMODE((Path(node["rundir"]) / private).stat().st_mode) == 0o600, private
+        assert "hf_cluster_secret_0123" in (Path(node["rundir"]) / "job.json").read_text() and node["env"]["HF_TOKEN"] == "***"
     rank0_node = record["ranks"]["0"]["node"]
     assert (Path(record["nodes"][rank0_node]["rundir"]) / "code" / "out" / "model.pt").is_file()
     assert "step 10/10" in (tmp_path / "runs" / run.run_id / f"{rank0_node}.log").read_text()
+    assert "hf_cluster_secret_0123" not in (tmp_path / "runs" / run.run_id / "run.json").read_text()
     assert not run_pids(run.run_id)
 
 

@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -43,10 +45,9 @@ def test_ignore_rules_and_manifest(tmp_path):
         ".gitignore": b"# data stays on the nodes\ndata/*\n!data/keep.txt\n*.log\n/checkpoints/\n",
     })
     bundle = collect_code(root)
-    assert sorted(bundle.files) == [".gitignore", "configs/a.yml", "data/keep.txt", "train.py"]
+    assert sorted(bundle.paths) == [".gitignore", "configs/a.yml", "data/keep.txt", "train.py"]
     entry = next(e for e in bundle.manifest if e["path"] == "train.py")
     assert entry == {"path": "train.py", "bytes": 12, "sha256": hashlib.sha256(b"print('hi')\n").hexdigest()}
-    assert set(bundle.payload()) == {f"code/{p}" for p in bundle.files}
     record = bundle.record()
     assert record["sha256"] == bundle.sha256 and len(record["sha256"]) == 64 and record["bytes"] == bundle.total_bytes
     # The tree hash changes with any shipped byte, not with ignored ones.
@@ -66,6 +67,62 @@ def test_over_the_cap_names_the_biggest_files_and_the_fix(tmp_path):
     message = str(caught.value)
     assert "weights.safetensors (5.0 MB)" in message and "over the 1.0 MB cap" in message
     assert ".ftwizignore" in message and 'code_dir = ""' in message
+
+
+def test_only_the_tree_ships_links_out_and_special_files_are_refused_by_name(tmp_path):
+    """Issue 18, finding 3: a link to a credentials file outside code_dir, a link to /proc/self/environ, a FIFO
+    and a socket are each named in the refusal; a link to a file inside the tree ships that file's bytes."""
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = hunter2\n")
+    root = _tree(tmp_path / "proj", {"train.py": b"pass\n", "conf/base.yml": b"lr: 1\n"})
+    (root / "creds").symlink_to(secret)
+    (root / "env").symlink_to("/proc/self/environ")
+    (root / "same.yml").symlink_to(root / "conf" / "base.yml")
+    os.mkfifo(root / "pipe")
+    listener = socket.socket(socket.AF_UNIX)
+    here = os.getcwd()
+    os.chdir(root)  # a relative bind: tmp_path may be longer than a socket path may be
+    try:
+        listener.bind("sock")
+    finally:
+        os.chdir(here)
+    try:
+        with pytest.raises(CodeDirError) as caught:
+            collect_code(root)
+    finally:
+        listener.close()
+    message = str(caught.value)
+    assert f"creds (a link to {secret}, outside code_dir)" in message and "env (a link to /proc/" in message
+    assert "pipe (a FIFO (named pipe))" in message and "sock (a socket)" in message
+    assert "same.yml" not in message and ".ftwizignore" in message
+    # Ignored, they are no longer in the way; the in-tree link ships the bytes it points at.
+    (root / ".ftwizignore").write_text("creds\nenv\npipe\nsock\n")
+    bundle = collect_code(root)
+    assert sorted(bundle.paths) == [".ftwizignore", "conf/base.yml", "same.yml", "train.py"]
+    assert {e["path"]: e["bytes"] for e in bundle.manifest}["same.yml"] == len(b"lr: 1\n")
+
+
+def test_the_cap_counts_bytes_read_not_what_stat_says(tmp_path):
+    """/proc files say size 0 and hold bytes (as /proc/self/environ did): the cap counts what was read."""
+    root = Path("/proc/sys/kernel/random")  # boot_id, uuid, poolsize, ...: regular files of stat size 0
+    assert all(os.stat(p).st_size == 0 for p in root.iterdir())
+    with pytest.raises(CodeDirError, match="more to ship than its files' sizes said, over the 0.0 MB cap"):
+        collect_code(root, max_bytes=40)
+    assert collect_code(root, max_bytes=4096).total_bytes > 40
+
+
+@pytest.mark.timeout(60)  # the hand-written matcher backtracked for hours on these; RE2 takes microseconds
+def test_a_pathological_ignore_pattern_is_matched_in_linear_time(tmp_path):
+    """Issue 18, finding 7: ``**/`` repeated and ``*a*a*…b`` took seconds per path in the hand-written matcher."""
+    root = _tree(tmp_path / "proj", {"a" * 40: b"x", "/".join(["d"] * 20) + "/f": b"y", "keep.py": b"z"})
+    (root / ".gitignore").write_text("*a" * 25 + "b\n" + "**/" * 40 + "nothing\n")
+    assert sorted(collect_code(root).paths) == sorted([".gitignore", "/".join(["d"] * 20) + "/f", "a" * 40, "keep.py"])
+
+
+def test_a_bad_ignore_line_is_named_with_its_file_and_line(tmp_path):
+    root = _tree(tmp_path / "proj", {"train.py": b"pass\n", ".ftwizignore": b"data/\n!\n"})
+    with pytest.raises(CodeDirError, match=r"\.ftwizignore:2: '!' is not a gitignore pattern"):
+        collect_code(root)
 
 
 def test_missing_code_dir_is_an_error_with_the_fix(tmp_path):
@@ -97,7 +154,11 @@ def test_node_files_ship_the_code_and_record_it(tmp_path):
     config = _config(workload="command", command=["train.py"], code_dir="proj")
     built = node_files(config, config.nodes[0], run_id="r2", workdir_abs="/w", rundir_abs="/w/runs/r2", package={},
                        reports={}, network_env=None, resume=False, output_dir="out", config_dir=str(tmp_path))
-    assert built.files["code/train.py"] == b"print(1)\n" and "code/runs/old/x.log" not in built.files
+    assert built.code_tar is not None and not any(name.startswith("code/") for name in built.files)
+    with tarfile.open(built.code_tar) as tar:
+        assert tar.getnames() == ["code/train.py"]
+        assert tar.extractfile("code/train.py").read() == b"print(1)\n"  # type: ignore[union-attr]
+    assert built.payload().tars == (built.code_tar,)
     code = built.run_record["code"]
     assert code["root"] == str(root) and [f["path"] for f in code["files"]] == ["train.py"]
     assert json.loads(built.files["job.json"])["command"] == ["train.py"]
@@ -168,3 +229,33 @@ def test_code_dir_is_relative_to_the_config_file(tmp_path):
     kept = JobConfig(workload="command", command=["train.py"], code_dir="")
     anchor_code_dir(kept, tmp_path / "ftwiz.toml")
     assert kept.code_dir == ""
+
+
+def test_progress_regex_tee_ends_a_line_at_carriage_return_and_caps_the_partial():
+    """tqdm redraws with ``\r`` only (no newline when not a terminal): each update is a line, the buffer stays small,
+    and a burst of redraws is matched once per interval (the latest update), the last one when the command ends."""
+    import io
+
+    from agent.workloads.usercode import PARTIAL_CAP, RegexTee
+
+    now = [0]
+    out = io.StringIO()
+    tee = RegexTee(out, re.compile(r"(?P<step>\d+)/(?P<total>\d+) \[loss (?P<loss>[0-9.]+)\]"), rank=0, clock=lambda: now[0],
+                   redraw_every_s=10)
+
+    def progress() -> list[dict]:
+        return [json.loads(line[line.index('{"ftwiz"'):]) for line in out.getvalue().split("\n") if '{"ftwiz":"progress"' in line]
+
+    for step in range(1, 16001):
+        now[0] = step  # one redraw a second, one looked at every 10 s: one in ten is matched
+        tee.write(f"\r {step * 100 // 16000:3d}%|##  | {step}/16000 [loss 0.{step % 10}]")
+        assert len(tee._partial) <= PARTIAL_CAP
+    steps = [p["step"] for p in progress()]
+    assert steps == list(range(10, 16000, 10)) and progress()[-1]["total_steps"] == 16000
+    tee.finish()  # the command ended: the update still held is matched
+    assert progress()[-1]["step"] == 15999
+    tee.write("x" * (3 * PARTIAL_CAP))  # one endless line: only its tail is kept
+    assert len(tee._partial) == PARTIAL_CAP
+    tee.write(" 5/9 [loss 0.5]\n")  # a \n-ended line is matched at once
+    assert progress()[-1]["step"] == 5
+    assert "16000/16000 [loss 0.0]" in out.getvalue()  # everything written still reaches the log

@@ -101,3 +101,35 @@ def test_newline_in_sbatch_args_is_refused() -> None:
 
     with pytest.raises(ExportError, match="sbatch_args"):
         export_script(config, "r1", workdir_abs="/w", workloads={})
+
+
+def test_exported_script_and_the_run_files_it_writes_are_private(tmp_path) -> None:
+    """Issue 18, finding 4 (Slurm's shared workdir): the script carries job.json (an HF_TOKEN), so it is 0700;
+    run on a node, it makes the run dir 0700 and job.json and node.sh 0600 whatever the user's umask."""
+    import io
+    import os
+    import stat
+
+    from tui.slurm.commands import export_sbatch
+
+    workdir = tmp_path / "shared"
+    text = SLURM.replace('workload = "allreduce"', 'workload = "command"\ncommand = ["train.py"]\ncode_dir = ""\n'
+                                                   'env = { HF_TOKEN = "hf_private_value" }')
+    config = parse_config(text.replace('workdir = "/shared/ftwiz"', f'workdir = "{workdir}"'))
+    old_umask = os.umask(0o022)
+    try:
+        assert export_sbatch(config, str(tmp_path / "job.sbatch"), stderr=io.StringIO()) == 0
+        script = (tmp_path / "job.sbatch").read_text()
+        assert stat.S_IMODE((tmp_path / "job.sbatch").stat().st_mode) == 0o700
+        (rundir,) = (workdir / "runs").iterdir()
+        assert stat.S_IMODE(rundir.stat().st_mode) == 0o700
+        # What every node runs before srun: unpack the payload and write node.sh (Slurm's own commands left out).
+        before_srun = script.split("\nFTWIZ_MASTER_NODE=", 1)[0] + "\n" + "cat > " + script.split("\ncat > ", 1)[1].split("\necho ", 1)[0]
+        (tmp_path / "before_srun.sh").write_text(before_srun)
+        done = subprocess.run(["bash", str(tmp_path / "before_srun.sh")], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+    finally:
+        os.umask(old_umask)
+    assert "hf_private_value" in (rundir / "job.json").read_text()
+    for name in ("job.json", "node.sh", "ftwiz_workloads/__init__.py"):
+        assert stat.S_IMODE((rundir / name).stat().st_mode) == 0o600, name

@@ -201,10 +201,10 @@ def job_code(ctx: CheckContext) -> list[CheckResult]:
         bundle = collect_code(root)
     except CodeDirError as exc:
         return [result("job.code", title, "fail", None, str(exc).split(". Fix: ")[0], _fix(str(exc)))]
-    detail = f"{len(bundle.files)} file(s), {bundle.total_bytes / 1e6:.1f} MB from {root} (sha256 {bundle.sha256[:12]})"
+    detail = f"{len(bundle.manifest)} file(s), {bundle.total_bytes / 1e6:.1f} MB from {root} (sha256 {bundle.sha256[:12]})"
     if job.command and job.command[0] != "-m":
         script = os.path.normpath(job.command[0])
-        if script not in bundle.files:
+        if script not in bundle.paths:
             return [result("job.code", title, "fail", None, f"{job.command[0]} is not in the shipped code ({root})",
                            "fix [job].command (paths resolve inside code_dir) or code_dir, or un-ignore the script")]
     return [result("job.code", title, "pass", None, detail)]

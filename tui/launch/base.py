@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Mapping, Optional
 
 from shared.config import FtwizConfig
+from shared.redact import redact, secret_values
 from tui.launch.events import (
     Event,
     LogLine,
@@ -84,6 +85,8 @@ class RunCore:
         self.failures = FailureTracker(n.name for n in config.nodes)
         self._node_state: dict[str, NodeState] = {}
         self._bars = BarCollapser()
+        #: ``[job].env`` / ``[nccl].env`` secrets: masked in every line the run logs, keeps or shows.
+        self._secrets = secret_values(config.job.env, config.nccl.env)
         job = config.job
         self.supervisor = Supervisor.over(
             (n.name for n in config.nodes),
@@ -123,6 +126,7 @@ class RunCore:
                 print(f"ftwiz: an event observer failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def _note(self, text: str, level: str = "info") -> None:
+        text = redact(text, self._secrets)
         self.record.note(text, level)
         self._emit(RunNote(text, level))
 
@@ -195,7 +199,7 @@ class RunCore:
             self.supervisor.allocation_ended(message.reason)
 
     def _on_line(self, node: str, raw: str) -> None:
-        rank, text = split_rank(raw)
+        rank, text = split_rank(redact(raw, self._secrets))
         prefix = f"{node}/{'-' if rank is None else rank}"
         shown = f"{prefix} | {text}"
         for line in self._bars.feed(prefix, shown, text):  # a tqdm bar: one line per bar, not per update

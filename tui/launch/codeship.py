@@ -3,27 +3,40 @@
 :func:`collect_code` walks the directory, leaves out what ``.gitignore`` (and ``.ftwizignore``, same
 syntax) at its top exclude plus a few things that never belong in a job (``.git/``, virtual
 environments, caches, ``runs/``), refuses a tree over the size cap with an error naming the biggest
-files and the fix, and returns the files with a manifest (path, size, sha256 of each) and one hash
-over the whole tree, which ``run.json`` records under ``code`` so a run says exactly what code ran.
+files and the fix, and returns a manifest (path, size, sha256 of each) and one hash over the whole
+tree, which ``run.json`` records under ``code`` so a run says exactly what code ran.
 
-The ignore syntax is the common part of gitignore(5): ``#`` comments, ``!`` re-includes, a trailing
-``/`` matches directories only, a pattern with a ``/`` (other than at its end) is anchored at the
-top, one without matches the name at any depth, ``*``, ``?``, ``[...]`` and ``**`` as in git.
+Only the tree ships: regular files and directories inside ``code_dir``. A symlink is followed when it
+resolves to a regular file inside ``code_dir`` (a link to a directory is left out, as git does); a link
+that resolves outside it (a credentials file, ``/proc/self/environ``), a dangling link, a FIFO, a socket
+or a device that the ignore rules do not exclude stops the launch with an error naming each one. The size
+cap counts the bytes actually read, not what ``stat`` says.
+
+:func:`bundle_for_run` builds the tar once per run into a temporary file; every node's upload streams it
+from disk (:func:`tui.launch.plan.send_payload`), so the controller's memory does not grow with the nodes.
+
+The ignore syntax is gitignore(5), matched by ``pathspec`` (gitwildmatch) on its RE2 backend: linear
+time whatever the pattern (``**/**/…``, ``*a*a*a*…b`` cannot backtrack).
 """
 
 from __future__ import annotations
 
-import fnmatch
+import atexit
 import hashlib
 import os
-import re
+import shutil
+import stat
+import tarfile
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import IO, Any, Optional
+
+import pathspec
 
 __all__ = ["CODE_SUBDIR", "DEFAULT_EXCLUDES", "DEFAULT_MAX_BYTES", "CodeBundle", "CodeDirError", "anchor_code_dir", "bundle_for_run",
-           "collect_code", "resolve_code_dir"]
+           "collect_code", "ignore_spec", "resolve_code_dir"]
 
 #: Where the code lands inside a node's run directory (``<workdir>/runs/<run id>/code``).
 CODE_SUBDIR = "code"
@@ -33,24 +46,32 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_EXCLUDES = (".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".venv/", "venv/", ".mypy_cache/", ".pytest_cache/",
                     ".ruff_cache/", ".ipynb_checkpoints/", "runs/", "wandb/", ".DS_Store")
 _IGNORE_FILES = (".gitignore", ".ftwizignore")
+_CHUNK = 1 << 20
+#: A file's bytes stay in memory up to this size while it is hashed and counted, then spill to disk.
+_SPOOL_BYTES = 1 << 20
 
 
 class CodeDirError(Exception):
-    """``code_dir`` cannot be shipped: missing, over the cap, or unreadable. The message has the fix."""
+    """``code_dir`` cannot be shipped: missing, over the cap, unreadable, or holding what is not its own. The message has the fix."""
 
 
 @dataclass
 class CodeBundle:
-    """The files to ship and what ``run.json`` records about them."""
+    """What ships and what ``run.json`` records about it."""
 
     root: str
     """The directory shipped (absolute, on this machine)."""
-    files: dict[str, bytes] = field(default_factory=dict)
-    """Relative path → content."""
     manifest: list[dict[str, Any]] = field(default_factory=list)
     """One ``{"path", "bytes", "sha256"}`` per file, sorted by path."""
     excluded: int = 0
     """Files left out by the ignore rules."""
+    tar_path: Optional[Path] = None
+    """The files as one tar of ``code/<path>`` members, built once (None when only scanned, as the checklist does)."""
+
+    @property
+    def paths(self) -> list[str]:
+        """The shipped paths, relative to ``root``."""
+        return [item["path"] for item in self.manifest]
 
     @property
     def total_bytes(self) -> int:
@@ -64,10 +85,6 @@ class CodeBundle:
         for item in self.manifest:
             digest.update(f"{item['path']}\0{item['sha256']}\n".encode())
         return digest.hexdigest()
-
-    def payload(self) -> dict[str, bytes]:
-        """The files as run-dir paths (``code/<path>``)."""
-        return {f"{CODE_SUBDIR}/{path}": data for path, data in self.files.items()}
 
     def record(self) -> dict[str, Any]:
         """What ``run.json`` keeps under ``code``."""
@@ -91,48 +108,60 @@ def anchor_code_dir(job: Any, config_path: Optional[os.PathLike[str] | str]) -> 
     job.code_dir = str(resolve_code_dir(job.code_dir, os.path.dirname(os.path.abspath(config_path))))
 
 
-def collect_code(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> CodeBundle:
-    """The shippable files under ``root`` (see the module docstring); raises :class:`CodeDirError`."""
+def collect_code(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, tar_path: Optional[Path] = None) -> CodeBundle:
+    """The shippable files under ``root`` (see the module docstring); raises :class:`CodeDirError`.
+
+    Each file is read once: hashed, counted against ``max_bytes`` and, when ``tar_path`` is given, written
+    into that tar as ``code/<path>``.
+    """
     if not root.is_dir():
         raise CodeDirError(f"[job].code_dir {root} is not a directory: set code_dir to the directory holding your script "
                            '(relative to ftwiz.toml), or code_dir = "" when the code is already on every node')
-    rules = _Rules.load(root)
-    found: list[tuple[str, Path, int]] = []
-    excluded = 0
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        base = Path(dirpath)
-        rel_dir = base.relative_to(root).as_posix()
-        rel_dir = "" if rel_dir == "." else rel_dir + "/"
-        kept = []
-        for name in sorted(dirnames):
-            if (base / name).is_symlink() or rules.ignored(rel_dir + name, is_dir=True):
-                excluded += 1
-                continue
-            kept.append(name)
-        dirnames[:] = kept
-        for name in sorted(filenames):
-            path = base / name
-            if rules.ignored(rel_dir + name, is_dir=False) or not path.is_file():
-                excluded += 1
-                continue
-            found.append((rel_dir + name, path, path.stat().st_size))
-    total = sum(size for _, _, size in found)
-    if total > max_bytes:
-        biggest = sorted(found, key=lambda item: -item[2])[:5]
-        listing = ", ".join(f"{rel} ({_mb(size)})" for rel, _, size in biggest)
+    found, refused, excluded = _walk(root, ignore_spec(root))
+    if refused:
+        listing = "; ".join(f"{rel} ({why})" for rel, why in refused[:8]) + (f"; and {len(refused) - 8} more" if len(refused) > 8 else "")
         raise CodeDirError(
-            f"[job].code_dir {root} holds {_mb(total)} to ship, over the {_mb(max_bytes)} cap; the biggest files: {listing}. "
-            "Fix: list data, checkpoints and models in a .gitignore or .ftwizignore there (they belong on the nodes, "
-            'read by path), or set code_dir = "" and put the code on every node yourself')
-    bundle = CodeBundle(root=str(root), excluded=excluded)
-    for rel, path, _size in sorted(found):
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise CodeDirError(f"cannot read {path} to ship it: {exc.strerror or exc}; fix its permissions or ignore it in .ftwizignore") from None
-        bundle.files[rel] = data
-        bundle.manifest.append({"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            f"[job].code_dir {root} holds what is not its own to ship: {listing}. ftwiz ships only regular files and directories "
+            "inside code_dir. Fix: list them in a .ftwizignore there, or replace a link by a copy of what it points at")
+    total = sum(item.size for item in found)
+    if total > max_bytes:  # what stat says: refuse before reading anything
+        raise _over_cap(root, max_bytes, total, sorted(((item.rel, item.size) for item in found), key=lambda pair: -pair[1])[:5])
+    bundle = CodeBundle(root=str(root), excluded=excluded, tar_path=tar_path)
+    tar = tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) if tar_path is not None else None
+    try:
+        read = 0
+        for item in sorted(found, key=lambda f: f.rel):
+            size, digest, spool = _read(root, item, budget=max_bytes - read, max_bytes=max_bytes, keep=tar is not None)
+            read += size
+            if tar is not None and spool is not None:
+                with spool:
+                    info = tarfile.TarInfo(f"{CODE_SUBDIR}/{item.rel}")
+                    info.size, info.mtime = size, int(item.mtime)
+                    info.mode = 0o700 if item.mode & 0o111 else 0o600  # the run dir is the user's alone (secrets beside it)
+                    tar.addfile(info, spool)
+            bundle.manifest.append({"path": item.rel, "bytes": size, "sha256": digest})
+    finally:
+        if tar is not None:
+            tar.close()
     return bundle
+
+
+def ignore_spec(root: Path) -> pathspec.GitIgnoreSpec:
+    """The built-in excludes plus ``.gitignore`` and ``.ftwizignore`` at the top of ``root``, as one gitwildmatch spec."""
+    lines: list[tuple[str, int, str]] = [("ftwiz's built-in excludes", 0, line) for line in DEFAULT_EXCLUDES]
+    for name in _IGNORE_FILES:
+        path = root / name
+        if path.is_file():
+            lines += [(str(path), number, line) for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)]
+    try:
+        return pathspec.GitIgnoreSpec.from_lines([line for _, _, line in lines], backend="re2")
+    except ValueError:
+        for where, number, line in lines:  # name the line
+            try:
+                pathspec.GitIgnoreSpec.from_lines([line], backend="re2")
+            except ValueError as exc:
+                raise CodeDirError(f"{where}:{number}: {line!r} is not a gitignore pattern ({exc}). Fix: correct or delete that line") from None
+        raise
 
 
 _CACHE: dict[tuple[str, str], CodeBundle] = {}
@@ -140,93 +169,161 @@ _CACHE_LOCK = threading.Lock()
 
 
 def bundle_for_run(run_id: str, root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> CodeBundle:
-    """:func:`collect_code` once per run (every node's runner thread asks; all get the same files)."""
+    """:func:`collect_code` once per run into a private temporary tar (every node's runner thread asks; all
+    get the same bundle, and each upload streams the one file). The tars go when ftwiz exits."""
     key = (run_id, str(root))
     with _CACHE_LOCK:
         if key not in _CACHE:
             if len(_CACHE) > 8:
+                for old in _CACHE.values():
+                    _remove_tar(old)
                 _CACHE.clear()
-            _CACHE[key] = collect_code(root, max_bytes=max_bytes)
+            folder = Path(tempfile.mkdtemp(prefix=f"ftwiz-code-{run_id}-"))  # mode 0700
+            try:
+                _CACHE[key] = collect_code(root, max_bytes=max_bytes, tar_path=folder / "code.tar")
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
         return _CACHE[key]
+
+
+@atexit.register
+def _remove_tars() -> None:
+    with _CACHE_LOCK:
+        for bundle in _CACHE.values():
+            _remove_tar(bundle)
+        _CACHE.clear()
+
+
+def _remove_tar(bundle: CodeBundle) -> None:
+    if bundle.tar_path is not None:
+        shutil.rmtree(bundle.tar_path.parent, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Found:
+    rel: str
+    """Path relative to code_dir (what ships)."""
+    source: str
+    """What is read: the file itself, or the file inside code_dir that a link resolves to."""
+    size: int
+    mode: int
+    mtime: float
+
+
+def _walk(root: Path, spec: pathspec.GitIgnoreSpec) -> tuple[list[_Found], list[tuple[str, str]], int]:
+    """The files to ship, what must be refused (path, why), and how many entries the rules left out."""
+    real_root = os.path.realpath(root)
+    found: list[_Found] = []
+    refused: list[tuple[str, str]] = []
+    excluded = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        base = Path(dirpath)
+        rel_dir = base.relative_to(root).as_posix()
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        kept = []
+        for name in sorted(dirnames):
+            rel, path = rel_dir + name, base / name
+            if spec.match_file(rel + "/"):
+                excluded += 1
+            elif path.is_symlink():
+                target = os.path.realpath(path)
+                if _inside(real_root, target):
+                    excluded += 1  # a link to a directory of the tree: its files ship under their own path
+                else:
+                    refused.append((rel, f"a link to {target}, outside code_dir"))
+            else:
+                kept.append(name)
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            rel, path = rel_dir + name, base / name
+            if spec.match_file(rel):
+                excluded += 1
+                continue
+            problem, item = _classify(real_root, rel, path)
+            if problem:
+                refused.append((rel, problem))
+            elif item is not None:
+                found.append(item)
+    return found, refused, excluded
+
+
+def _classify(real_root: str, rel: str, path: Path) -> tuple[str, Optional[_Found]]:
+    """Why ``path`` cannot ship (``""`` when it can), and what to read."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}", None
+    source = str(path)
+    if stat.S_ISLNK(st.st_mode):
+        source = os.path.realpath(path)
+        if not _inside(real_root, source):
+            return f"a link to {source}, outside code_dir", None
+        try:
+            st = os.stat(source)
+        except OSError:
+            return f"a link to {source}, which does not exist", None
+        if not stat.S_ISREG(st.st_mode):
+            return f"a link to {_kind(st.st_mode)}", None
+    elif not stat.S_ISREG(st.st_mode):
+        return _kind(st.st_mode), None
+    return "", _Found(rel, source, st.st_size, st.st_mode, st.st_mtime)
+
+
+def _read(root: Path, item: _Found, *, budget: int, max_bytes: int, keep: bool) -> tuple[int, str, Optional[IO[bytes]]]:
+    """Read ``item`` once: its size as read, its sha256, and (``keep``) its bytes in a spooled file at offset 0."""
+    try:
+        # O_NOFOLLOW: what was classified a regular file must not have become a link; O_NONBLOCK: nor a FIFO that blocks.
+        fd = os.open(item.source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise CodeDirError(f"cannot read {root / item.rel} to ship it: {exc.strerror or exc}; fix its permissions or ignore it in .ftwizignore") from None
+    spool: Optional[IO[bytes]] = tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) if keep else None
+    digest, size = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise CodeDirError(f"[job].code_dir {root}: {item.rel} changed into {_kind(os.fstat(handle.fileno()).st_mode)} while it was read. "
+                                   "Fix: list it in a .ftwizignore there")
+            while chunk := handle.read(min(_CHUNK, budget - size + 1)):
+                size += len(chunk)
+                if size > budget:
+                    raise _over_cap(root, max_bytes, None, [(item.rel, size)], read=True)
+                digest.update(chunk)
+                if spool is not None:
+                    spool.write(chunk)
+    except BaseException:
+        if spool is not None:
+            spool.close()
+        raise
+    if spool is not None:
+        spool.seek(0)
+    return size, digest.hexdigest(), spool
+
+
+def _over_cap(root: Path, max_bytes: int, total: Optional[int], biggest: list[tuple[str, int]], *, read: bool = False) -> CodeDirError:
+    listing = ", ".join(f"{rel} ({_mb(size)}{' read so far' if read else ''})" for rel, size in biggest)
+    holds = f"holds {_mb(total)} to ship" if total is not None else "holds more to ship than its files' sizes said"
+    return CodeDirError(
+        f"[job].code_dir {root} {holds}, over the {_mb(max_bytes)} cap; the biggest files: {listing}. "
+        "Fix: list data, checkpoints and models in a .gitignore or .ftwizignore there (they belong on the nodes, "
+        'read by path), or set code_dir = "" and put the code on every node yourself')
+
+
+def _inside(real_root: str, target: str) -> bool:
+    return target == real_root or target.startswith(real_root.rstrip("/") + "/")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
 
 
 def _mb(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
-
-
-@dataclass
-class _Rule:
-    regex: "re.Pattern[str]"
-    negate: bool
-    dir_only: bool
-
-
-@dataclass
-class _Rules:
-    rules: list[_Rule]
-
-    @classmethod
-    def load(cls, root: Path) -> "_Rules":
-        lines = list(DEFAULT_EXCLUDES)
-        for name in _IGNORE_FILES:
-            path = root / name
-            if path.is_file():
-                lines += path.read_text(errors="replace").splitlines()
-        return cls([rule for rule in (_parse(line) for line in lines) if rule is not None])
-
-    def ignored(self, rel: str, *, is_dir: bool) -> bool:
-        verdict = False
-        for rule in self.rules:
-            if rule.dir_only and not is_dir:
-                continue
-            if rule.regex.match(rel):
-                verdict = not rule.negate
-        return verdict
-
-
-def _parse(line: str) -> Optional[_Rule]:
-    line = line.rstrip("\n").rstrip()
-    if not line or line.startswith("#"):
-        return None
-    negate = line.startswith("!")
-    if negate:
-        line = line[1:]
-    dir_only = line.endswith("/")
-    line = line.rstrip("/")
-    anchored = "/" in line
-    line = line.lstrip("/")
-    if not line:
-        return None
-    body = _glob_regex(line)
-    regex = re.compile(("" if anchored else r"(?:.*/)?") + body + r"$")
-    return _Rule(regex, negate, dir_only)
-
-
-def _glob_regex(pattern: str) -> str:
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append(r"(?:.*/)?")
-            i += 3
-        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
-            out.append(r"/.*")
-            i += 3
-        elif pattern[i] == "*":
-            out.append(r"[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append(r"[^/]")
-            i += 1
-        elif pattern[i] == "[":
-            end = pattern.find("]", i + 1)
-            if end < 0:
-                out.append(re.escape(pattern[i]))
-                i += 1
-            else:
-                out.append(fnmatch.translate(pattern[i:end + 1])[4:-3])
-                i = end + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return "".join(out)

@@ -17,6 +17,7 @@ from tui.exitcodes import EXIT_FAILED
 from tui.launch.events import NodeState, RunResult
 from tui.launch.nodefiles import node_files
 from tui.launch.options import LaunchError
+from tui.launch.plan import Payload
 from tui.launch.runner import NodeRunner
 from tui.launch.status import RunStatus
 from tui.launch.stopping import StopMixin
@@ -89,7 +90,7 @@ class LaunchMixin(StopMixin):
         while time.time() < self.start_not_before and self.supervisor.stop_reason is None:
             self._pump(0.1)
 
-    def _node_files(self, node: NodeConfig, workdir_abs: str, rundir_abs: str, package: Mapping[str, bytes]) -> dict[str, bytes]:
+    def _node_files(self, node: NodeConfig, workdir_abs: str, rundir_abs: str, package: Mapping[str, bytes]) -> Payload:
         """Everything a node needs in its run directory (called on that node's runner thread)."""
         built = node_files(
             self.config, node, run_id=self.run_id, workdir_abs=workdir_abs, rundir_abs=rundir_abs, package=package,
@@ -100,7 +101,7 @@ class LaunchMixin(StopMixin):
         self.record.update_node(node.name, **built.record)
         if built.run_record:
             self.record.update(**built.run_record)
-        return built.files
+        return built.payload()
 
     def _launch_failed(self, message: str, problems: Mapping[str, str]) -> NoReturn:
         self._close_runners()

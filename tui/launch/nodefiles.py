@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from shared.config import FtwizConfig, NodeConfig
+from shared.redact import masked_env
 from tui.launch.codeship import bundle_for_run, resolve_code_dir
-from tui.launch.plan import NodePlan, build_plan, start_script
+from tui.launch.plan import NodePlan, Payload, build_plan, start_script
 
 __all__ = ["NodeFiles", "add_user_code", "node_files"]
 
@@ -28,6 +30,12 @@ class NodeFiles:
     """Fields for ``run.json``'s ``nodes[<node>]``."""
     run_record: dict[str, Any] = field(default_factory=dict)
     """Top-level fields for ``run.json`` (e.g. what code was shipped)."""
+    code_tar: Optional[Path] = None
+    """The user's code as one tar of ``code/<path>`` members, built once per run and shared by every node."""
+
+    def payload(self) -> Payload:
+        """What the node's launch exec receives: these files, then the code tar streamed from disk."""
+        return Payload(self.files, (self.code_tar,) if self.code_tar is not None else ())
 
 
 def node_files(
@@ -75,7 +83,7 @@ def node_files(
         "nproc": mine.nproc,
         "command": mine.argv,
         "command_line": mine.command_line,
-        "env": mine.env,
+        "env": masked_env(mine.env),
         "cuda_visible_devices": mine.cuda_visible_devices,
         "node_log": f"{rundir_abs}/{node.name}.log",
     }
@@ -97,5 +105,5 @@ def add_user_code(built: NodeFiles, config: FtwizConfig, *, run_id: str, config_
         built.run_record["code"] = {"root": None, "shipped_to": None, "note": 'code_dir = "": the code already on each node ran (not shipped, not hashed)'}
         return
     bundle = bundle_for_run(run_id, resolve_code_dir(job.code_dir, config_dir))
-    built.files.update(bundle.payload())
+    built.code_tar = bundle.tar_path
     built.run_record["code"] = bundle.record()

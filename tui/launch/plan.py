@@ -20,18 +20,22 @@ record which node got which global ranks from the workloads' ``started`` lines (
 from __future__ import annotations
 
 import io
+import os
 import re
 import shlex
 import tarfile
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
 
 from agent.procmatch import RUN_ID_PATTERN
 from shared.config import FtwizConfig, NodeConfig
+from shared.redact import masked_env
 
 __all__ = [
     "NodePlan",
+    "Payload",
     "RUN_ID_RE",
     "WORKLOAD_PACKAGE",
     "build_plan",
@@ -40,6 +44,7 @@ __all__ = [
     "node_processes",
     "quote_path",
     "rundir_rel",
+    "send_payload",
     "start_script",
     "torchrun_argv",
     "workload_target",
@@ -84,8 +89,8 @@ class NodePlan:
 
     @property
     def command_line(self) -> str:
-        """The command as one copy-pasteable shell line (environment first)."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        """The command as one shell line (environment first) to show and record: secret-looking values masked."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(masked_env(self.env).items()))
         return f"{env} {shlex.join(self.argv)}"
 
 
@@ -287,13 +292,52 @@ def _interface_fallback(master: str) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Payload:
+    """What one node's launch exec receives: its own files, then tars every node gets (built once, read from disk)."""
+
+    files: Mapping[str, bytes]
+    """Relative path → content (``job.json``, ``<node>.sh``, the workloads package)."""
+    tars: tuple[Path, ...] = ()
+    """Whole tar files appended as they are (the user's code: :func:`tui.launch.codeship.bundle_for_run`)."""
+
+
+#: How much of a shared tar is read and sent at once.
+SEND_CHUNK = 1 << 20
+
+
 def make_payload(files: Mapping[str, bytes]) -> bytes:
-    """``files`` (relative path → content) as one uncompressed tar (the node helper unpacks it)."""
+    """``files`` (relative path → content) as one uncompressed tar (the node helper unpacks it).
+
+    Every file is mode 0600: ``job.json`` and the start script carry ``[job].env`` and ``[nccl].env`` values.
+    """
     buffer = io.BytesIO()
     now = time.time()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, data in sorted(files.items()):
             info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, now
+            info.size, info.mode, info.mtime = len(data), 0o600, now
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def send_payload(send: Callable[[bytes], None], payload: Payload) -> int:
+    """Send ``payload`` as the launch protocol's ``payload <n>`` frame: the node's own tar, then each shared tar
+    streamed from disk in :data:`SEND_CHUNK` pieces (the node reads them as one archive: ``ignore_zeros``).
+    Returns the bytes sent after the header line."""
+    head = make_payload(payload.files)
+    handles = [open(path, "rb") for path in payload.tars]
+    try:
+        total = len(head) + sum(os.fstat(handle.fileno()).st_size for handle in handles)
+        send(f"payload {total}\n".encode() + head)
+        sent = len(head)
+        for handle in handles:
+            while chunk := handle.read(SEND_CHUNK):
+                send(chunk)
+                sent += len(chunk)
+        if sent != total:
+            raise RuntimeError(f"a shipped tar changed size while it was sent ({sent} of {total} bytes)")
+        return sent
+    finally:
+        for handle in handles:
+            handle.close()

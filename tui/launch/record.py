@@ -7,6 +7,9 @@ saves it (and adds it to the per-user index, :mod:`tui.launch.runindex`); :meth:
 stored one through the model and never writes it (a failed ``--attach`` leaves the record exactly as it was;
 a run with no record is refused, never given one). The runs directory is ``./runs`` unless
 ``FTWIZ_RUNS_DIR`` says otherwise.
+
+A run's directory is 0700 and its files 0600: the logs are the job's output, and ``run.json`` keeps
+``[job].env`` / ``[nccl].env`` with the values of secret-looking keys masked (:mod:`shared.redact`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Optional, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from shared.redact import masked_config, masked_env
 from tui.launch.status import NEVER_RAN, RunStatus
 from tui.slurm.slurmctl import valid_job_id
 
@@ -185,7 +189,6 @@ class RunRecord:
         from tui.launch.runindex import remember
 
         record = cls(base, RunRecordModel(run_id=run_id, **fields))
-        record.dir.mkdir(parents=True, exist_ok=True)
         record.save()
         record.index_problem = remember(run_id, record.dir)
         return record
@@ -246,10 +249,10 @@ class RunRecord:
             self.model.notes.append({"time": time.time() if at is None else at, "level": level, "text": text})
 
     def save(self) -> None:
-        """Write ``run.json`` atomically."""
+        """Write ``run.json`` atomically (mode 0600; secret-looking env values masked)."""
         with self._lock:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            text = json.dumps(self.model.model_dump(mode="json"), indent=2, sort_keys=True, default=str)
+            self._make_dir()
+            text = json.dumps(_masked(self.model.model_dump(mode="json")), indent=2, sort_keys=True, default=str)
             fd, tmp = tempfile.mkstemp(prefix=".run.json.", dir=self.dir)
             try:
                 with os.fdopen(fd, "w") as fh:
@@ -267,17 +270,24 @@ class RunRecord:
             fh = self._logs.pop(node, None)
             if fh is not None:
                 fh.close()
-            self.dir.mkdir(parents=True, exist_ok=True)
-            (self.dir / f"{node}.log").write_text("")
+            self._make_dir()
+            os.close(os.open(self.dir / f"{node}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
 
     def log(self, node: str, line: str) -> None:
         """Append one line to ``<node>.log`` (line-buffered, so a killed controller loses nothing)."""
         with self._lock:
             fh = self._logs.get(node)
             if fh is None:
-                self.dir.mkdir(parents=True, exist_ok=True)
-                fh = self._logs[node] = open(self.dir / f"{node}.log", "a", buffering=1, encoding="utf-8")
+                self._make_dir()
+                fd = os.open(self.dir / f"{node}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                fh = self._logs[node] = open(fd, "a", buffering=1, encoding="utf-8")
             fh.write(line + "\n")
+
+    def _make_dir(self) -> None:
+        """The run directory, the user's alone (0700, also when an older ftwiz made it 0755)."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.dir.stat().st_mode & 0o077:
+            self.dir.chmod(0o700)
 
     def close(self) -> None:
         """Close the log files."""
@@ -285,3 +295,12 @@ class RunRecord:
             for fh in self._logs.values():
                 fh.close()
             self._logs.clear()
+
+
+def _masked(data: dict[str, Any]) -> dict[str, Any]:
+    """``run.json``'s data with ``config``'s ``[job]``/``[nccl]`` env and each node's ``env`` masked (:mod:`shared.redact`)."""
+    data["config"] = masked_config(data.get("config"))
+    for node in (data.get("nodes") or {}).values():
+        if isinstance(node, dict) and isinstance(node.get("env"), dict):
+            node["env"] = masked_env(node["env"])
+    return data

@@ -18,7 +18,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from shared.config import ClusterConfig, NodeConfig
 from tui.launch.links import LineStream, LinkLost, NodeLink, open_link, python_command
@@ -32,7 +32,7 @@ from tui.launch.messages import (
     RankSamples,
     RunnerMessage,
 )
-from tui.launch.plan import make_payload, quote_path, rundir_rel
+from tui.launch.plan import Payload, quote_path, rundir_rel, send_payload
 
 __all__ = ["NodeRunner", "NODESIDE_SOURCE", "nodeside_source", "pgid_frame"]
 
@@ -196,7 +196,8 @@ class NodeRunner:
         workdir = quote_path(self.node.workdir)
         rel = shlex.quote(rundir_rel(self.run_id))
         helper = python_command(self.node.python, NODESIDE_SOURCE, "launch", self.name, str(self.tick_s))
-        return f"exec 2>&1; mkdir -p {workdir}/{rel} && cd {workdir}/{rel} && exec {helper}"
+        # umask 077: the run dir, the job files and the logs hold [job].env / [nccl].env values (an HF_TOKEN)
+        return f"exec 2>&1; umask 077; mkdir -p {workdir}/{rel} && chmod 700 {workdir}/{rel} && cd {workdir}/{rel} && exec {helper}"
 
     def _expect(self, wanted: str, timeout: float, said: list[str]) -> str:
         """Read the launch exchange until a ``wanted`` frame; anything unframed is the node's complaint."""
@@ -224,7 +225,7 @@ class NodeRunner:
             elif line.strip():
                 said.append(line.strip())
 
-    def prepare(self, build_files: Callable[[str, str], Mapping[str, bytes]]) -> str:
+    def prepare(self, build_payload: Callable[[str, str], Payload]) -> str:
         """Open the node's launch exec: create the run directory, learn its absolute path, send the job.
 
         Nothing starts until :meth:`launch`; a prepared node whose link is closed starts nothing.
@@ -235,8 +236,7 @@ class NodeRunner:
             self._stream = link.stream(self._launch_command())
             self.rundir_abs = self._expect("R", 30, said).strip()
             self.workdir_abs = self.rundir_abs[: -len(rundir_rel(self.run_id)) - 1]
-            payload = make_payload(build_files(self.workdir_abs, self.rundir_abs))
-            self._stream.send(f"payload {len(payload)}\n".encode() + payload)
+            send_payload(self._stream.send, build_payload(self.workdir_abs, self.rundir_abs))
             self._expect("U", 60, said)
         except LinkLost:
             self._drop_stream()

@@ -38,14 +38,18 @@ def export_sbatch(config: FtwizConfig, path: str, *, stderr: TextIO = sys.stderr
         return EXIT_USAGE
     rundir = Path(workdir_abs) / "runs" / run_id
     try:
-        rundir.mkdir(parents=True, exist_ok=True)
+        rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        rundir.chmod(0o700)
         if path == "-":
             sys.stdout.write(script)
         else:
+            # 0700: the script carries job.json, whose [job].env may hold an HF_TOKEN
             target = Path(path)
             tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-            tmp.write_text(script)
-            tmp.chmod(0o755)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(script)
+            tmp.chmod(0o700)
             os.replace(tmp, target)
     except OSError as exc:
         print(f"ftwiz: cannot write {exc.filename or path}: {exc.strerror or exc}", file=stderr)

@@ -25,6 +25,7 @@ __all__ = ["KEEPER_SOURCE", "batch_script", "keeper_dir", "release_file"]
 #: The keeper, ``python -c`` source (any Python 3.6+, no imports beyond the standard library).
 KEEPER_SOURCE = r'''
 import os, subprocess, sys, time
+os.umask(0o077)  # the runs' logs and exit files, like their job files, are the user's alone
 base = sys.argv[1]
 here = os.path.join(base, os.environ.get("SLURMD_NODENAME") or os.uname()[1])
 os.makedirs(here, exist_ok=True)
