@@ -66,6 +66,7 @@ class NodeConfig(_Section):
     ssh_port: Optional[int] = Field(None, ge=1, le=65535, description="SSH port; default from ~/.ssh/config, then 22.")
     ssh_key: Optional[str] = Field(None, description="Private key file; default ssh-agent and ~/.ssh/config.")
     gpus: Union[Literal["all"], int, list[int]] = Field("all", description='"all", a count, or a list of GPU indices.')
+    cpu_ranks: Optional[int] = Field(None, ge=1, le=512, description="Run this many ranks on CPU with gloo on this node instead of its GPUs (any node, GPU or not; the GPUs are hidden).")
     python: str = Field("python3", description="The training interpreter on that node.")
     workdir: str = Field("~/ftwiz", description="Where run files and node-side logs are kept.")
     agent_port: Optional[int] = Field(None, ge=1, le=65535, description="This node's agent port, if not the cluster default.")
@@ -86,6 +87,13 @@ class NodeConfig(_Section):
         if isinstance(value, list) and (len(set(value)) != len(value) or any(i < 0 for i in value)):
             raise ValueError("GPU indices must be distinct and not negative")
         return value
+
+    @model_validator(mode="after")
+    def _one_kind_of_rank(self) -> "NodeConfig":
+        if self.cpu_ranks is not None and "gpus" in self.model_fields_set and self.gpus not in ("all", 0, []):
+            raise ValueError(f"cpu_ranks: node {self.name} sets both gpus = {self.gpus!r} and cpu_ranks = {self.cpu_ranks}; "
+                             "keep one (cpu_ranks runs CPU ranks with gloo, gpus runs one rank per GPU)")
+        return self
 
 
 _ALLREDUCE_SIZES_MB: list[float] = [1, 4, 16, 64, 256]
