@@ -138,6 +138,7 @@ class JobConfig(_Section):
     requires: list[str] = Field(default_factory=list, description='workload = "command": pip requirements your code needs ("trl>=0.20"), checked on every node.')
     env: dict[str, str] = Field(default_factory=dict, description='workload = "command": extra environment for every rank, e.g. { WANDB_MODE = "offline" }.')
     progress_regex: Optional[str] = Field(None, description="A regular expression with named groups step, loss, total (also lr, epoch) that finds progress in your code's own lines.")
+    progress_total: Optional[int] = Field(None, ge=1, description="The steps your code will run, when its own lines do not say: gives the progress a total and an ETA (a total the code prints wins).")
 
     @field_validator("command")
     @classmethod
