@@ -182,6 +182,24 @@ class JobConfig(_Section):
         return value
 
 
+#: The ``[job]`` keys each workload reads; keys in none of these (workload, output_dir, the stall timeouts) are
+#: every workload's. A command workload may declare what it trains (model, method, seq_len, micro_batch_size).
+WORKLOAD_KEYS: dict[str, frozenset[str]] = {
+    "sft": frozenset({"model", "dataset", "method", "seq_len", "micro_batch_size", "grad_accum_steps", "epochs", "max_steps",
+                      "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "gradient_checkpointing",
+                      "precision", "optimizer", "sharding", "fsdp_offload", "save_steps", "logging_steps"}),
+    "allreduce": frozenset({"sizes_mb", "iterations", "warmup_iterations"}),
+    "command": frozenset({"command", "code_dir", "requires", "env", "progress_regex", "progress_total",
+                          "model", "method", "seq_len", "micro_batch_size"}),
+}
+
+
+def foreign_job_keys(workload: str) -> frozenset[str]:
+    """The ``[job]`` keys only other workloads read (not written when saving a ``workload`` job)."""
+    others = frozenset().union(*(keys for name, keys in WORKLOAD_KEYS.items() if name != workload))
+    return others - WORKLOAD_KEYS.get(workload, frozenset())
+
+
 class NcclConfig(_Section):
     """``[nccl]``: interface and transport selection."""
 
@@ -335,10 +353,14 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
 def to_toml(config: FtwizConfig, original: Optional[str] = None) -> str:
     """Render ``config`` as TOML, keeping the comments, layout and explicit keys of ``original``.
 
-    Keys the user wrote stay (updated when changed); keys that still hold their default are not added.
+    Keys the user wrote stay (updated when changed); keys that still hold their default are not added; ``[job]``
+    keys that only another workload reads are dropped (:func:`foreign_job_keys`).
     """
     full = config.model_dump(mode="json", exclude_none=True)
     changed = config.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    for key in foreign_job_keys(config.job.workload):  # only the chosen workload's keys are written
+        full["job"].pop(key, None)
+        changed.get("job", {}).pop(key, None)
     doc = tomlkit.parse(original) if original else tomlkit.document()
     _merge(doc, full, changed)
     return tomlkit.dumps(doc)
