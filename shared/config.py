@@ -7,8 +7,9 @@ values, so a user can fix the file without reading this code.
 
 from __future__ import annotations
 
+import difflib
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -341,10 +342,14 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
                 message = explain(gpus_custom[0])
         elif not loc:
             loc, message = cross_loc(data, first), explain(first)
+        elif first["type"] == "extra_forbidden":
+            message = unknown_key(loc)
         else:
             message = explain(first)
             inner = re.match(r"^([a-z_]+): (.*)$", message, re.S)
             if inner and loc and loc[-1] == "job" and inner.group(1) in JobConfig.model_fields:
+                loc, message = [*loc, inner.group(1)], inner.group(2)
+            elif inner and len(loc) == 2 and loc[0] == "nodes" and inner.group(1) in NodeConfig.model_fields:
                 loc, message = [*loc, inner.group(1)], inner.group(2)
         field = path(loc)
         raise ConfigError(source, message, line=locate_line(text, loc), field=field or None) from None
@@ -403,3 +408,35 @@ def _merge_tables(container: Any, key: str, items: list[dict[str, Any]], changed
 
 def _plain(item: Any) -> Any:
     return item.unwrap() if hasattr(item, "unwrap") else item
+
+
+#: Where every key is listed (generated from these models, see shared/config_reference.py).
+REFERENCE_DOC = "docs/config-reference.md"
+
+
+def unknown_key(loc: list[Any]) -> str:
+    """The message for a key the schema does not know: the closest valid key at that place, if one is close."""
+    key = str(loc[-1]) if loc else ""
+    model = _model_at(loc[:-1])
+    valid = list(model.model_fields) if model is not None else []
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key {key!r}: did you mean {close[0]!r}? (every key: {REFERENCE_DOC})"
+    return f"unknown key {key!r} (every key, with its type and default: {REFERENCE_DOC})"
+
+
+def _model_at(loc: list[Any]) -> Optional[type[BaseModel]]:
+    """The model holding the keys at ``loc`` (``["nodes", 0]`` → :class:`NodeConfig`), or None."""
+    model: type[BaseModel] = FtwizConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        inner = get_args(annotation)[0] if get_origin(annotation) is list else annotation
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return None
+        model = inner
+    return model
