@@ -61,6 +61,7 @@ def _project(tmp_path: Path, script: str = "train.py", *, total: int = 30) -> Pa
 agent_port = {_free_port()}
 rendezvous_port = {_free_port()}
 agent_token_file = "{token}"
+agent_timeout_s = 20   # a freshly started agent on a loaded 2-core machine answers late; the README's config keeps 3 s
 
 [[nodes]]
 name = "here"
