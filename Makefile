@@ -1,4 +1,5 @@
-# ftwiz — quick start: `make demo`, `make test`. Both create .venv on first use.
+# ftwiz — quick start: `make demo`, `make test`. Both create .venv on first use (the demo: ftwiz and the
+# training stack from PyPI; the tests add their tools from PyPI and, as root, system tools from apt).
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -8,17 +9,25 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test bench sysdeps venv clean lint gpu-smoke
 
-$(STAMP): pyproject.toml constraints.txt
+# The demo's venv: ftwiz and the training stack (PyPI only). The tests' venv adds the test tools on top.
+TRAIN_STAMP := $(VENV)/.installed-train
+
+$(TRAIN_STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -c constraints.txt -e '.[train]'
+	touch $(TRAIN_STAMP)
+
+$(STAMP): $(TRAIN_STAMP)
 	$(VPY) -m pip install -q -c constraints.txt -e '.[train,dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-# System tools the multi-node tests use (sshd in every namespace node, iperf3, nftables, promtool, and a
-# Slurm cluster: slurmctld, slurmd, slurm-client, munge; no service starts by itself, the tests start their own).
-# Installed only when running as root and missing; otherwise the tests that need them say so.
+# System tools the tests use, none of them the demo's (sshd in every namespace node, iperf3, nftables,
+# promtool, tmux, and a Slurm cluster: slurmctld, slurmd, slurm-client, munge; no service starts by itself, the
+# tests start their own). Installed with apt only when running as root and missing; otherwise the tests that
+# need them say so.
 sysdeps:
 	@if [ "$$(id -u)" = 0 ]; then \
 	  missing=""; \
@@ -54,7 +63,8 @@ bench: sysdeps $(STAMP)
 gpu-smoke: $(STAMP)
 	$(VPY) -m bench.gpu_smoke
 
-demo: sysdeps $(STAMP)
+# The demo needs no system tool and no test tool: only the training venv.
+demo: $(TRAIN_STAMP)
 	$(VPY) -m tui.demo
 
 clean:

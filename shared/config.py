@@ -7,8 +7,9 @@ values, so a user can fix the file without reading this code.
 
 from __future__ import annotations
 
+import difflib
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -70,6 +71,7 @@ class NodeConfig(_Section):
     ssh_port: Optional[int] = Field(None, ge=1, le=65535, description="SSH port; default from ~/.ssh/config, then 22.")
     ssh_key: Optional[str] = Field(None, description="Private key file; default ssh-agent and ~/.ssh/config.")
     gpus: Union[Literal["all"], int, list[int]] = Field("all", description='"all", a count, or a list of GPU indices.')
+    cpu_ranks: Optional[int] = Field(None, ge=1, le=512, description="Run this many ranks on CPU with gloo on this node instead of its GPUs (any node, GPU or not; the GPUs are hidden).")
     python: str = Field("python3", description="The training interpreter on that node.")
     workdir: str = Field("~/ftwiz", description="Where run files and node-side logs are kept.")
     agent_port: Optional[int] = Field(None, ge=1, le=65535, description="This node's agent port, if not the cluster default.")
@@ -90,6 +92,13 @@ class NodeConfig(_Section):
         if isinstance(value, list) and (len(set(value)) != len(value) or any(i < 0 for i in value)):
             raise ValueError("GPU indices must be distinct and not negative")
         return value
+
+    @model_validator(mode="after")
+    def _one_kind_of_rank(self) -> "NodeConfig":
+        if self.cpu_ranks is not None and "gpus" in self.model_fields_set and self.gpus not in ("all", 0, []):
+            raise ValueError(f"cpu_ranks: node {self.name} sets both gpus = {self.gpus!r} and cpu_ranks = {self.cpu_ranks}; "
+                             "keep one (cpu_ranks runs CPU ranks with gloo, gpus runs one rank per GPU)")
+        return self
 
 
 _ALLREDUCE_SIZES_MB: list[float] = [1, 4, 16, 64, 256]
@@ -135,6 +144,7 @@ class JobConfig(_Section):
     env: dict[str, str] = Field(default_factory=dict, description='workload = "command": extra environment for every rank, e.g. { WANDB_MODE = "offline" }. '
                                                         "Values of keys holding TOKEN, SECRET, KEY or PASSWORD are masked in run.json and the logs.")
     progress_regex: Optional[str] = Field(None, description="A regular expression with named groups step, loss, total (also lr, epoch) that finds progress in your code's own lines.")
+    progress_total: Optional[int] = Field(None, ge=1, description="The steps your code will run, when its own lines do not say: gives the progress a total and an ETA (a total the code prints wins).")
 
     @field_validator("command")
     @classmethod
@@ -176,6 +186,24 @@ class JobConfig(_Section):
         if not value or any(s <= 0 for s in value):
             raise ValueError("give at least one positive size in MB")
         return value
+
+
+#: The ``[job]`` keys each workload reads; keys in none of these (workload, output_dir, the stall timeouts) are
+#: every workload's. A command workload may declare what it trains (model, method, seq_len, micro_batch_size).
+WORKLOAD_KEYS: dict[str, frozenset[str]] = {
+    "sft": frozenset({"model", "dataset", "method", "seq_len", "micro_batch_size", "grad_accum_steps", "epochs", "max_steps",
+                      "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "gradient_checkpointing",
+                      "precision", "optimizer", "sharding", "fsdp_offload", "save_steps", "logging_steps"}),
+    "allreduce": frozenset({"sizes_mb", "iterations", "warmup_iterations"}),
+    "command": frozenset({"command", "code_dir", "requires", "env", "progress_regex", "progress_total",
+                          "model", "method", "seq_len", "micro_batch_size"}),
+}
+
+
+def foreign_job_keys(workload: str) -> frozenset[str]:
+    """The ``[job]`` keys only other workloads read (not written when saving a ``workload`` job)."""
+    others = frozenset().union(*(keys for name, keys in WORKLOAD_KEYS.items() if name != workload))
+    return others - WORKLOAD_KEYS.get(workload, frozenset())
 
 
 class NcclConfig(_Section):
@@ -323,10 +351,14 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
                 message = explain(gpus_custom[0])
         elif not loc:
             loc, message = cross_loc(data, first), explain(first)
+        elif first["type"] == "extra_forbidden":
+            message = unknown_key(loc)
         else:
             message = explain(first)
             inner = re.match(r"^([a-z_]+): (.*)$", message, re.S)
             if inner and loc and loc[-1] == "job" and inner.group(1) in JobConfig.model_fields:
+                loc, message = [*loc, inner.group(1)], inner.group(2)
+            elif inner and len(loc) == 2 and loc[0] == "nodes" and inner.group(1) in NodeConfig.model_fields:
                 loc, message = [*loc, inner.group(1)], inner.group(2)
         field = path(loc)
         raise ConfigError(source, message, line=locate_line(text, loc), field=field or None) from None
@@ -335,10 +367,14 @@ def parse_config(text: str, source: str = "ftwiz.toml") -> FtwizConfig:
 def to_toml(config: FtwizConfig, original: Optional[str] = None) -> str:
     """Render ``config`` as TOML, keeping the comments, layout and explicit keys of ``original``.
 
-    Keys the user wrote stay (updated when changed); keys that still hold their default are not added.
+    Keys the user wrote stay (updated when changed); keys that still hold their default are not added; ``[job]``
+    keys that only another workload reads are dropped (:func:`foreign_job_keys`).
     """
     full = config.model_dump(mode="json", exclude_none=True)
     changed = config.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    for key in foreign_job_keys(config.job.workload):  # only the chosen workload's keys are written
+        full["job"].pop(key, None)
+        changed.get("job", {}).pop(key, None)
     doc = tomlkit.parse(original) if original else tomlkit.document()
     _merge(doc, full, changed)
     return tomlkit.dumps(doc)
@@ -381,3 +417,35 @@ def _merge_tables(container: Any, key: str, items: list[dict[str, Any]], changed
 
 def _plain(item: Any) -> Any:
     return item.unwrap() if hasattr(item, "unwrap") else item
+
+
+#: Where every key is listed (generated from these models, see shared/config_reference.py).
+REFERENCE_DOC = "docs/config-reference.md"
+
+
+def unknown_key(loc: list[Any]) -> str:
+    """The message for a key the schema does not know: the closest valid key at that place, if one is close."""
+    key = str(loc[-1]) if loc else ""
+    model = _model_at(loc[:-1])
+    valid = list(model.model_fields) if model is not None else []
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key {key!r}: did you mean {close[0]!r}? (every key: {REFERENCE_DOC})"
+    return f"unknown key {key!r} (every key, with its type and default: {REFERENCE_DOC})"
+
+
+def _model_at(loc: list[Any]) -> Optional[type[BaseModel]]:
+    """The model holding the keys at ``loc`` (``["nodes", 0]`` → :class:`NodeConfig`), or None."""
+    model: type[BaseModel] = FtwizConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        inner = get_args(annotation)[0] if get_origin(annotation) is list else annotation
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return None
+        model = inner
+    return model

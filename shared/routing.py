@@ -2,7 +2,8 @@
 
 Pure: it reads the GPUs the agents reported (:class:`~shared.models.GpuInfo`), a summary of the links
 between nodes, the model architecture and the job, and returns :class:`Advice` items. Every item carries
-the reason and the table it comes from. The tables are the seeds given with the project:
+the reason and the table it comes from, cited as a section of ``docs/routing-rules.md`` (shipped with the
+repository; it quotes each rule). The tables are the seeds given with the project:
 
 - ``hardware-selection-guide.md`` (seed 001): "By Model Size", the ``HARDWARE_MAP`` quick reference,
   "Memory Considerations" (×20 / ×4 rules), "Single vs Multi-GPU".
@@ -27,13 +28,15 @@ from shared.models import GpuInfo
 
 __all__ = ["Advice", "Interconnect", "GpuSpeed", "GPU_SPEEDS", "advise", "gpu_speed", "heterogeneous_speedup"]
 
-SEED_SIZE = "hardware-selection-guide.md, 'By Model Size' / HARDWARE_MAP"
-SEED_FAST = "hardware-and-backend-routing.md, 'Fast Routing'"
-SEED_INTERCONNECT = "hardware-and-backend-routing.md, 'Interconnect Rules'"
-SEED_GUARDRAILS = "hardware-and-backend-routing.md, 'Guardrails'"
-SEED_TREE = "multi-node-architecture-guide.md, 'Decision Tree'"
-SEED_HETERO = "multi-node-architecture-guide.md, 'Heterogeneous GPU Scaling'"
-FIELD_NOTES_TCP = "field notes: NCCL over plain TCP often reaches only 50–60 % of wire speed"
+#: Every citation points into docs/routing-rules.md (shipped with the repository), which quotes the rule.
+RULES_DOC = "docs/routing-rules.md"
+SEED_SIZE = f"{RULES_DOC} 'By Model Size' (seed 001 / HARDWARE_MAP)"
+SEED_FAST = f"{RULES_DOC} 'Fast Routing'"
+SEED_INTERCONNECT = f"{RULES_DOC} 'Interconnect Rules'"
+SEED_GUARDRAILS = f"{RULES_DOC} 'Guardrails'"
+SEED_TREE = f"{RULES_DOC} 'Decision Tree' (seed 003)"
+SEED_HETERO = f"{RULES_DOC} 'Heterogeneous GPU Scaling'"
+FIELD_NOTES_TCP = f"NCCL over plain TCP often reaches only 50–60 % of wire speed: {RULES_DOC} 'NCCL over TCP'"
 
 
 class Advice(BaseModel):

@@ -138,7 +138,9 @@ class _local_agent:
 
         self.agent = LocalAgent(self.config)
         try:
-            self.agent.start()
+            self.agent.spawn()
+            self._preload()  # this process's imports overlap the agent's start-up (both take about a second)
+            self.agent.wait_ready()
         except LocalAgentError as exc:
             _err(f"warning: {exc}")
         else:
@@ -149,6 +151,15 @@ class _local_agent:
     def __exit__(self, *exc: object) -> None:
         if self.agent is not None:
             self.agent.stop()
+
+    @staticmethod
+    def _preload() -> None:
+        """Import what a check or launch uses next, while the agent starts (an import error surfaces later, where it used to)."""
+        try:
+            import tui.checks.engine
+            import tui.launch.commands  # noqa: F401
+        except ImportError:
+            pass
 
 
 # --------------------------------------------------------------------------- --check

@@ -35,7 +35,9 @@ def planned_note(job: Any) -> str:
 
 
 def selected_gpus(node: NodeConfig, report: Any) -> list[Any]:
-    """The GPUs the job will use on ``node``: all, the first N, or the listed indices that exist."""
+    """The GPUs the job will use on ``node``: all, the first N, or the listed indices that exist (none with ``cpu_ranks``)."""
+    if node.cpu_ranks is not None:
+        return []
     if node.gpus == "all":
         return list(report.gpus)
     if isinstance(node.gpus, int):
@@ -50,7 +52,10 @@ def gpu_inventory(config: FtwizConfig, reports: Mapping[str, Any]) -> dict[str, 
 
 
 def node_ranks(node: NodeConfig, report: Any) -> int:
-    """Processes the launch starts on ``node``: one per selected GPU, one on a CPU node; from the config without a report."""
+    """Processes the launch starts on ``node``: ``cpu_ranks``, else one per selected GPU, one on a CPU node; from the
+    config without a report."""
+    if node.cpu_ranks is not None:
+        return node.cpu_ranks
     if report is not None:
         return max(1, len(selected_gpus(node, report)))
     if isinstance(node.gpus, int):

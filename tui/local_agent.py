@@ -79,6 +79,7 @@ class LocalAgent:
         self.process: Optional[subprocess.Popen] = None
         self.started = False
         """True when this object started the agent (and will stop it)."""
+        self._spawned_at = 0.0
 
     @property
     def port(self) -> int:
@@ -107,7 +108,13 @@ class LocalAgent:
 
     def start(self) -> None:
         """Start the agent unless one answers already; raise :class:`LocalAgentError` when it will not come up."""
-        if self.node is None or self._answers():
+        self.spawn()
+        self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the agent's process unless one answers already, without waiting for it (the caller overlaps its
+        own start-up with the agent's, then calls :meth:`wait_ready`)."""
+        if self.node is None or self.process is not None or self._answers():
             return
         token = ensure_token(self.config.cluster.agent_token_file)
         workdir = Path(os.path.expanduser(self.node.workdir))
@@ -137,7 +144,13 @@ class LocalAgent:
         finally:
             log.close()
         self.started = True
-        deadline = time.monotonic() + self.startup_timeout_s
+        self._spawned_at = time.monotonic()
+
+    def wait_ready(self) -> None:
+        """Wait until the agent :meth:`spawn` started answers ``/healthz`` (no-op when none was started)."""
+        if self.process is None or not self.started:
+            return
+        deadline = self._spawned_at + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 self.started = False

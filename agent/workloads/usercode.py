@@ -18,6 +18,7 @@ exception prints its traceback and exits 1, as with a plain ``python train.py``)
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import json
 import os
@@ -89,7 +90,9 @@ def run_command(command: list[str], root: str) -> int:
         else:
             script = os.path.abspath(command[0])
             if not os.path.isfile(script):
-                emit("error", rank=_env_int("RANK"), message=f"{command[0]} not found in {root}: [job].command resolves inside the "
+                near = difflib.get_close_matches(command[0], _scripts(root), n=1)
+                guess = f"did you mean {near[0]}? " if near else ""
+                emit("error", rank=_env_int("RANK"), message=f"{command[0]} not found in {root}: {guess}[job].command resolves inside the "
                      "shipped code_dir (or the node's workdir when code_dir = \"\"); fix the path or code_dir")
                 return 2
             sys.argv = [script, *command[1:]]
@@ -107,6 +110,17 @@ def run_command(command: list[str], root: str) -> int:
         report_exception(error)
         return 1
     return 0
+
+
+def _scripts(root: str) -> list[str]:
+    """The Python files under ``root`` (relative), for a "did you mean" on a mistyped script."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        found += [os.path.relpath(os.path.join(dirpath, f), root) for f in filenames if f.endswith(".py")]
+        if len(found) > 2000:
+            break
+    return found
 
 
 def report_exception(error: BaseException) -> None:

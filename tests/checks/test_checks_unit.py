@@ -10,9 +10,11 @@ from shared.config import ClusterConfig, FtwizConfig, JobConfig, NodeConfig
 from shared.models import DiskInfo, GpuInfo, NodeReport, SoftwareVersions
 from tui.checks.agents import clock_skew
 from tui.checks.base import CheckContext
+from tui.checks.gpus import gpus_present
 from tui.checks.resources import disk_free
 from tui.checks.software import env_packages, env_parity
 from tui.client import NodeState, NodeStatus
+from tui.jobshape import world_size
 
 GIB = 1024**3
 PY = "/opt/venv/bin/python"
@@ -86,3 +88,35 @@ def test_disk_space():
     assert rows["n0"].status == "pass" and "checkpoints of ~" in rows["n0"].detail
     assert rows["n1"].status == "fail" and "2.0 GiB free at /data/ftwiz" in rows["n1"].detail
     assert rows["n2"].status == "skip" and "--disk-path /data/ftwiz" in rows["n2"].hint
+
+
+def _gpu_less(name: str) -> NodeReport:
+    return node_report(name).model_copy(update={"gpus": [], "nvml_error": "NVML Shared Library Not Found"})
+
+
+def test_cpu_ranks_pass_on_a_gpu_less_node_and_count_in_the_world_size():
+    ctx = context({"n0": _gpu_less("n0"), "n1": node_report("n1")})
+    ctx.config.nodes[0].cpu_ranks = 2
+    ctx.config.nodes[1].cpu_ranks = 3  # a GPU node running CPU ranks on purpose
+    rows = {r.node: r for r in gpus_present(ctx)}
+    assert rows["n0"].status == "pass" and rows["n0"].detail.startswith("2 CPU ranks, gloo")
+    assert rows["n1"].status == "pass" and rows["n1"].detail.startswith("3 CPU ranks, gloo")
+    assert world_size(ctx.config, ctx.reports) == 5
+
+
+def test_a_gpu_count_on_a_gpu_less_node_fails_and_the_fix_names_cpu_ranks():
+    ctx = context({"n0": _gpu_less("n0")})
+    ctx.config.nodes[0].gpus = 2
+    (row,) = gpus_present(ctx)
+    assert row.status == "fail" and "gpus = 2 but n0 has 0" in row.detail
+    assert "cpu_ranks = 2" in row.hint
+
+
+def test_cpu_ranks_and_a_gpu_selection_on_one_node_is_a_config_error():
+    import pytest
+
+    from shared.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match="keep one"):
+        parse_config('[[nodes]]\nname = "a"\nhost = "h"\ngpus = 2\ncpu_ranks = 2\n')
+    assert parse_config('[[nodes]]\nname = "a"\nhost = "h"\ncpu_ranks = 2\n').nodes[0].cpu_ranks == 2

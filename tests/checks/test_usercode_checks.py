@@ -67,3 +67,26 @@ def test_job_code_checks_the_shipped_dir(tmp_path):
     assert wrong[0].status == "fail" and "src/other.py is not in the shipped code" in wrong[0].detail
     missing = job_code(CheckContext(_config(code_dir=str(tmp_path / "nope")), {}, client=None))
     assert missing[0].status == "fail" and "is not a directory" in missing[0].detail
+
+
+def test_a_mistyped_script_gets_the_closest_shipped_name(tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")
+    (wrong,) = job_code(CheckContext(_config(code_dir=str(tmp_path), command=["trian.py"]), {}, client=None))
+    assert wrong.status == "fail" and wrong.hint.startswith("did you mean train.py?")
+
+
+
+
+def test_a_script_asking_for_nccl_on_cpu_ranks_warns_with_the_gloo_fix(tmp_path):
+    (tmp_path / "train.py").write_text("import torch.distributed as dist\nbackend = 'nccl'\ndist.init_process_group(backend=backend)\n")
+    config = _config(code_dir=str(tmp_path))
+    config.nodes[1].cpu_ranks = 2
+    rows = job_code(CheckContext(config, {}, client=None))
+    assert [r.status for r in rows] == ["pass", "warn"]
+    assert "train.py:2 asks for the NCCL backend, but n1 run(s) CPU ranks" in rows[1].detail
+    assert '"--backend=gloo"' in rows[1].hint
+    config.job.command = ["train.py", "--backend=gloo"]  # the fix taken
+    assert [r.status for r in job_code(CheckContext(config, {}, client=None))] == ["pass"]
+    (tmp_path / "train.py").write_text('dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")\n')
+    config.job.command = ["train.py"]  # the script chooses by itself
+    assert [r.status for r in job_code(CheckContext(config, {}, client=None))] == ["pass"]

@@ -82,6 +82,11 @@ def test_node_processes(gpus, reported, expected):
     assert node_processes(NodeConfig(name="n", host="h", gpus=gpus), reported) == expected
 
 
+@pytest.mark.parametrize("reported", [[], [0, 1, 2, 3], None])
+def test_cpu_ranks_run_that_many_cpu_processes_with_the_gpus_hidden(reported):
+    assert node_processes(NodeConfig(name="n", host="h", cpu_ranks=2), reported) == (2, "")
+
+
 def test_environment_carries_run_tags_network_plan_and_nccl_env():
     config = _config()
     config.nccl.env = {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "^docker"}

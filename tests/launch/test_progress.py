@@ -73,3 +73,24 @@ def test_headless_printer():
     assert "node1: running (pgid 5)" in notes and "ERROR: stopping every node" in notes
     assert "failed: node node1 rank 2" in notes and "    node1/2 | Traceback" in notes
     assert "ftwiz --stop r1" in notes
+
+
+def test_node_side_errors_print_as_they_come_and_lead_the_failure():
+    out, err = io.StringIO(), io.StringIO()
+    printer = HeadlessPrinter(out, err)
+    printer(LogLine("here", 0, '{"ftwiz":"started","rank":0,"local_rank":0,"world_size":2,"pid":9,"backend":null}', 0.0))
+    printer(LogLine("here", 0, '{"ftwiz":"error","rank":0,"message":"trian.py not found in /p/code: did you mean train.py?"}', 0.0))
+    assert "here/0 | started: rank 0 of 2 (local 0, pid 9)\n" in out.getvalue()  # no "None" for a backend nobody named
+    assert "here/0 | ERROR: trian.py not found in /p/code: did you mean train.py?" in out.getvalue()
+    printer(RunFinished(RunResult("r1", "failed", 1, reason="rank 0 on here exited with code 2", failed_node="here", failed_rank=0)))
+    assert "first error from the nodes: here/0: trian.py not found" in err.getvalue()
+
+
+def test_a_progress_total_gives_a_plain_loop_its_eta():
+    from tui.launch.progress import ProgressSnapshot
+
+    model = ProgressModel(snapshot=ProgressSnapshot(total_steps=100))  # [job] progress_total = 100
+    for step in range(1, 5):  # what progress_regex makes of "iter N: loss X, time Yms": no total
+        model.update("n0", 0, {"ftwiz": "progress", "source": "progress_regex", "step": step, "loss": 2.0}, now=float(step))
+    line = format_progress(model.snapshot)
+    assert "step 4/100" in line and "ETA 1:36" in line  # 96 steps at 1 step/s

@@ -217,3 +217,18 @@ def test_every_advice_has_a_reason_from_a_seed_or_the_estimate() -> None:
     for item in advise(cluster, LAN, LLAMA7, JobConfig(), global_batch=25):
         assert item.reason and item.recommendation and item.severity in ("info", "warn")
         assert ".md" in item.reason or "estimate" in item.reason, item
+
+
+def test_every_citation_is_a_section_of_a_document_the_repository_ships():
+    import re
+    from pathlib import Path
+
+    from shared import routing
+
+    doc = Path(__file__).resolve().parents[2] / routing.RULES_DOC
+    headings = set(re.findall(r"^## (.+)$", doc.read_text(), re.M))
+    citations = [getattr(routing, n) for n in dir(routing) if n.startswith("SEED_")] + [routing.FIELD_NOTES_TCP]
+    for citation in citations:
+        assert routing.RULES_DOC in citation, citation
+        section = re.search(r"'([^']+)'", citation.split(routing.RULES_DOC, 1)[1]).group(1)
+        assert section in headings, f"{citation!r}: no section {section!r} in {routing.RULES_DOC}"

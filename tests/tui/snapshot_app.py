@@ -34,6 +34,7 @@ def still_config(config: Any) -> Any:
     from tests.tui.fixture_cluster import CONSTRUCTED_PYTHON
 
     data = config.model_dump()
+    data["job"] = config.job.model_dump(exclude_unset=True)  # an undeclared model stays undeclared
     for node in data["nodes"]:
         node["python"] = CONSTRUCTED_PYTHON
         node["workdir"] = "~/ftwiz"

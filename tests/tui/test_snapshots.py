@@ -63,6 +63,16 @@ def test_job(snap_compare, config, size):
     assert snap_compare(snapshot_app(config, start_step="job"), terminal_size=size, run_before=_planned)
 
 
+def test_job_your_own_code(snap_compare, config):
+    """workload = "command": command, code dir, requires, env and progress at a usable width; no recipe rows."""
+    from shared.config import JobConfig
+
+    config.job = JobConfig(workload="command", command=["train.py", "config/train_shakespeare_char.py", "--backend=gloo", "--compile=False"],
+                           requires=["numpy", "tiktoken"], env={"OMP_PROC_BIND": "close"}, progress_total=5000,
+                           progress_regex=r"iter (?P<step>\d+): loss (?P<loss>[0-9.]+)")
+    assert snap_compare(snapshot_app(config, start_step="job"), terminal_size=(120, 40), run_before=_planned)
+
+
 def test_job_full_finetune_does_not_fit(snap_compare, config):
     async def full(pilot):
         await _planned(pilot)

@@ -16,7 +16,7 @@ def with_node(config: FtwizConfig, node: NodeConfig, replacing: Optional[str]) -
 
     Raises :class:`pydantic.ValidationError` when the result is not a valid config (a duplicate name, ...).
     """
-    data = config.model_dump()
+    data = _dump(config)
     nodes = data["nodes"]
     fresh = node.model_dump()
     if replacing is None:
@@ -30,7 +30,7 @@ def with_node(config: FtwizConfig, node: NodeConfig, replacing: Optional[str]) -
 
 def without_node(config: FtwizConfig, name: str) -> FtwizConfig:
     """``config`` without the node called ``name`` (a master that goes with it falls back to the first node)."""
-    data = config.model_dump()
+    data = _dump(config)
     data["nodes"] = [n for n in data["nodes"] if n["name"] != name]
     if data["cluster"].get("master") == name:
         data["cluster"]["master"] = None
@@ -44,3 +44,11 @@ def node_problem(config: FtwizConfig, node: NodeConfig, replacing: Optional[str]
     except ValidationError as exc:
         return "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
     return None
+
+
+def _dump(config: FtwizConfig) -> dict:
+    """``config`` as data that validates back to the same config: ``[job]`` keys never set stay unset (a command
+    workload's undeclared model is not declared by a node edit)."""
+    data = config.model_dump()
+    data["job"] = config.job.model_dump(exclude_unset=True)
+    return data

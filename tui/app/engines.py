@@ -55,7 +55,11 @@ async def run_checks(
             pending.remove(label)
         progress(done, total_steps, list(pending))
 
-    return await runner(config, client=app.client, progress=on_progress, only=[only] if only else None)
+    from tui.checks.usercode import options_for
+
+    # [job].code_dir is relative to ftwiz.toml, wherever the wizard was started from (the launch does the same).
+    extra = {"options": options_for(str(app.config_path))} if getattr(app, "config_path", None) else {}
+    return await runner(config, client=app.client, progress=on_progress, only=[only] if only else None, **extra)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 On a node without NVIDIA GPUs the agent reports ``gpus=[]`` with ``nvml_error``: a CPU-only cluster is
 still checkable (``gpus = "all"`` with none → warn, the workload runs on CPU with gloo), but an explicit
-count or index list with no GPU fails.
+count or index list with no GPU fails, and the fix names ``cpu_ranks = N``. ``cpu_ranks = N`` is CPU ranks
+on purpose (any node, GPU or not): a pass.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def gpus_present(ctx: CheckContext) -> list[CheckResult]:
         if report is None:
             rows.append(ctx.down_skip("gpu.present", title, node))
             continue
+        if node.cpu_ranks is not None:
+            rows.append(result("gpu.present", title, "pass", node.name,
+                               f"{node.cpu_ranks} CPU rank{'s' if node.cpu_ranks != 1 else ''}, gloo (cpu_ranks = {node.cpu_ranks})"))
+            continue
         have = report.gpus
         why = f": {report.nvml_error}" if report.nvml_error else ""
         driver_hint = f"install the NVIDIA driver on {node.name} (nvidia-smi must list the GPUs)"
@@ -48,9 +53,10 @@ def gpus_present(ctx: CheckContext) -> list[CheckResult]:
             if node.gpus == 0:
                 rows.append(result("gpu.present", title, "pass", node.name, "gpus = 0: CPU only, as configured"))
             elif len(have) < node.gpus:
+                fix = (f"set gpus = {len(have)} for {node.name}" if have else
+                       f"for {node.gpus} CPU ranks with gloo: cpu_ranks = {node.gpus} (instead of gpus) for {node.name}; or {driver_hint}")
                 rows.append(result("gpu.present", title, "fail", node.name,
-                                   f"gpus = {node.gpus} but {node.name} has {len(have)}{why}",
-                                   f"set gpus = {len(have) if have else 0} for {node.name}" + ("" if have else f", or {driver_hint}")))
+                                   f"gpus = {node.gpus} but {node.name} has {len(have)}{why}", fix))
             else:
                 rows.append(result("gpu.present", title, "pass", node.name, _describe(have[: node.gpus]) + _source(report)))
         else:

@@ -11,6 +11,7 @@ looks for the script (or ``-m`` module) from the node's workdir instead.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import os
 import re
@@ -18,10 +19,12 @@ import shlex
 import subprocess
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Optional
 
 from shared.config import FtwizConfig, NodeConfig
 from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.jobshape import selected_gpus
 from tui.launch.codeship import CodeDirError, collect_code, resolve_code_dir
 
 __all__ = ["NodeProbe", "probe_node", "requirement_name"]
@@ -205,9 +208,47 @@ def job_code(ctx: CheckContext) -> list[CheckResult]:
     if job.command and job.command[0] != "-m":
         script = os.path.normpath(job.command[0])
         if script not in bundle.paths:
+            close = difflib.get_close_matches(script, [f for f in bundle.paths if f.endswith(".py")], n=1)
+            guess = f"did you mean {close[0]}? " if close else ""
             return [result("job.code", title, "fail", None, f"{job.command[0]} is not in the shipped code ({root})",
-                           "fix [job].command (paths resolve inside code_dir) or code_dir, or un-ignore the script")]
+                           guess + "fix [job].command (paths resolve inside code_dir) or code_dir, or un-ignore the script")]
+        nccl = nccl_without_gpu(ctx, _head(root / script), job.command)
+        if nccl is not None:
+            return [result("job.code", title, "pass", None, detail), nccl]
     return [result("job.code", title, "pass", None, detail)]
+
+
+#: A backend literal in the script: ``init_process_group("nccl")``, ``backend = 'nccl'``.
+_NCCL_LITERAL = re.compile(rb"""["']nccl["']""")
+_GLOO_LITERAL = re.compile(rb"\bgloo\b")
+
+
+def nccl_without_gpu(ctx: CheckContext, source: bytes, command: list[str]) -> Optional[CheckResult]:
+    """A warn row when the script names NCCL as its backend and some node runs CPU ranks (NCCL needs a
+    GPU: "Distributed package doesn't have NCCL built in" on a CPU torch). None when the script also names
+    gloo (it chooses), the command passes gloo, or every node runs on GPUs."""
+    if not _NCCL_LITERAL.search(source) or _GLOO_LITERAL.search(source) or any("gloo" in arg for arg in command):
+        return None
+    cpu_nodes = [n.name for n in ctx.config.nodes if n.cpu_ranks is not None
+                 or (ctx.report(n) is not None and not selected_gpus(n, ctx.report(n)))]
+    if not cpu_nodes:
+        return None
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if _NCCL_LITERAL.search(text))
+    takes_flag = b"--backend" in source or b"backend =" in source or b"backend=" in source
+    flag = 'pass "--backend=gloo" in [job].command (your script reads a backend setting), or ' if takes_flag else ""
+    return result("job.code", "your code ready to ship", "warn", None,
+                  f"{command[0]}:{line} asks for the NCCL backend, but {', '.join(cpu_nodes)} run(s) CPU ranks (no GPU): "
+                  "NCCL needs a GPU (\"Distributed package doesn't have NCCL built in\")",
+                  flag + 'choose gloo on CPU in the script: dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")')
+
+
+def _head(path: Path, limit: int = 1 << 20) -> bytes:
+    """The first ``limit`` bytes of a shipped script (what the NCCL-on-CPU check reads); empty when unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return b""
 
 
 def _fix(message: str) -> str:

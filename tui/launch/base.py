@@ -18,6 +18,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Mapping, Optional
 
+from shared.codepaths import CodePathMap
 from shared.config import FtwizConfig
 from shared.redact import redact, secret_values
 from tui.launch.events import (
@@ -44,7 +45,7 @@ from tui.launch.messages import (
 )
 from tui.launch.options import RunOptions
 from tui.launch.plan import NodePlan
-from tui.launch.progress import ProgressModel, parse_protocol, split_rank
+from tui.launch.progress import ProgressModel, ProgressSnapshot, parse_protocol, split_rank
 from tui.launch.record import RunRecord
 from tui.launch.runner import NodeRunner
 from tui.launch.status import RunStatus
@@ -74,7 +75,8 @@ class RunCore:
         self.reports = dict(reports or {})
         #: The clock every decision reads (the runners' ``last_rx`` is on ``time.monotonic`` too).
         self.clock = clock
-        self.progress = ProgressModel()
+        # [job] progress_total: a total for a loop that prints none (the ETA needs one); a printed total wins.
+        self.progress = ProgressModel(snapshot=ProgressSnapshot(total_steps=config.job.progress_total))
         self.plans: dict[str, NodePlan] = {}
         self._outbox: "queue.Queue[RunnerMessage]" = queue.Queue()
         self._observers: list[Observer] = []
@@ -87,6 +89,7 @@ class RunCore:
         self._bars = BarCollapser()
         #: ``[job].env`` / ``[nccl].env`` secrets: masked in every line the run logs, keeps or shows.
         self._secrets = secret_values(config.job.env, config.nccl.env)
+        self._code_map: Optional[tuple[tuple[Optional[str], ...], CodePathMap]] = None
         job = config.job
         self.supervisor = Supervisor.over(
             (n.name for n in config.nodes),
@@ -201,9 +204,10 @@ class RunCore:
     def _on_line(self, node: str, raw: str) -> None:
         rank, text = split_rank(redact(raw, self._secrets))
         prefix = f"{node}/{'-' if rank is None else rank}"
+        for line in self._bars.feed(prefix, f"{prefix} | {text}", text):  # a tqdm bar: one line per bar, not per update
+            self.record.log(node, line)  # the log keeps what the node said; what is shown names the user's files
+        text = self._code_paths().map(text)
         shown = f"{prefix} | {text}"
-        for line in self._bars.feed(prefix, shown, text):  # a tqdm bar: one line per bar, not per update
-            self.record.log(node, line)
         obj = parse_protocol(text)
         # Protocol chatter (heartbeats, progress) would push the useful lines out of the tail.
         pid_ranks = {i.pid: r for r, i in self.progress.ranks.items() if i.pid is not None and i.node == node}
@@ -225,6 +229,14 @@ class RunCore:
             elif kind in ("checkpoint", "done"):
                 self.record.update(progress=dataclasses.asdict(self.progress.snapshot))
         self._emit(LogLine(node, rank, text, time.time()))
+
+    def _code_paths(self) -> CodePathMap:
+        """Paths into the shipped code on the nodes → the user's ``code_dir`` (rebuilt when a node's run dir is known)."""
+        rundirs = tuple(n.rundir for n in self.record.model.nodes.values())
+        if self._code_map is None or self._code_map[0] != rundirs:
+            code = (self.record.model.model_extra or {}).get("code") or {}
+            self._code_map = (rundirs, CodePathMap.for_run(rundirs, code.get("root") if isinstance(code, dict) else None))
+        return self._code_map[1]
 
     def _save_ranks(self) -> None:
         self.record.update(

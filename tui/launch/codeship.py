@@ -35,11 +35,11 @@ from typing import IO, Any, Optional
 
 import pathspec
 
+from shared.codepaths import CODE_SUBDIR
+
 __all__ = ["CODE_SUBDIR", "DEFAULT_EXCLUDES", "DEFAULT_MAX_BYTES", "CodeBundle", "CodeDirError", "anchor_code_dir", "bundle_for_run",
            "collect_code", "ignore_spec", "resolve_code_dir"]
 
-#: Where the code lands inside a node's run directory (``<workdir>/runs/<run id>/code``).
-CODE_SUBDIR = "code"
 #: The size cap of a shipped tree: code and small configs, not data or checkpoints.
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 #: Never shipped, whatever .gitignore says.

@@ -51,6 +51,7 @@ class HeadlessPrinter:
         self._last_progress = ""
         self._bars = BarCollapser()  # a tqdm bar prints once, not once per carriage return
         self._why = ""
+        self._first_error = ""
 
     def __call__(self, event: Event) -> None:
         with self._lock:
@@ -62,10 +63,16 @@ class HeadlessPrinter:
             kind = obj.get("ftwiz") if obj is not None else None
             if obj is not None and kind is not None and not self.show_protocol:
                 if kind == "started":
-                    print(f"{event.prefix} | started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, pid {obj.get('pid')}, {obj.get('backend')})", file=self.out, flush=True)
+                    backend = f", {obj['backend']}" if obj.get("backend") else ""  # the user's code picks its own
+                    print(f"{event.prefix} | started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, pid {obj.get('pid')}{backend})", file=self.out, flush=True)
                 elif kind == "note":
                     print(f"{event.prefix} | note: {obj.get('message')}", file=self.out, flush=True)
-                # error lines repeat on stderr as "ftwiz: error ..."; the rest is summarised as progress
+                elif kind == "error":  # the node side's own words (a script not found, an exception): shown as they come
+                    message = str(obj.get("message", ""))
+                    print(f"{event.prefix} | ERROR: {message}", file=self.out, flush=True)
+                    if not self._first_error:
+                        self._first_error = f"{event.prefix}: {message}"
+                # the rest is summarised as progress
                 return
             for line in self._bars.feed(event.prefix, f"{event.prefix} | {event.text}", event.text):
                 print(line, file=self.out, flush=True)
@@ -90,6 +97,8 @@ class HeadlessPrinter:
     def _finished(self, event: RunFinished) -> None:
         r = event.result
         print(f"ftwiz: run {r.run_id} {r.status.upper()} (exit {r.exit_code}): {r.reason}", file=self.err, flush=True)
+        if self._first_error and r.status != RunStatus.SUCCEEDED:
+            print(f"ftwiz: first error from the nodes: {self._first_error}", file=self.err, flush=True)
         if r.failed_node or r.failed_rank is not None:
             rank = f" rank {r.failed_rank}" if r.failed_rank is not None else ""
             print(f"ftwiz: failed: node {r.failed_node or '?'}{rank}; its last lines:", file=self.err, flush=True)

@@ -114,8 +114,11 @@ def node_processes(node: NodeConfig, gpu_indices: Optional[Sequence[int]]) -> tu
     ``gpu_indices`` are the GPUs the node's agent reported (None when unknown, ``[]`` for none).
     A list selects exactly those GPUs; a count takes the first N reported GPUs, or runs N CPU
     processes on a GPU-less node; ``"all"`` takes every GPU, or one CPU process. ``gpus = 0`` runs
-    one CPU process with the GPUs hidden.
+    one CPU process with the GPUs hidden; ``cpu_ranks = N`` runs N CPU processes with the GPUs hidden
+    (the workloads then pick gloo).
     """
+    if node.cpu_ranks is not None:
+        return node.cpu_ranks, ""
     have = list(gpu_indices or [])
     if isinstance(node.gpus, list):
         if not node.gpus:

@@ -34,8 +34,8 @@ def wizard_app(session: Any, user_config: FtwizConfig, config_path: str | Path |
     run_options = held.wire(options or RunOptions())
 
     async def run_checklist(config: FtwizConfig, *, client: Any = None, progress: Any = None,
-                            only: Any = None) -> Any:
-        run = await run_checklist_full(config, client=client, progress=progress, only=only, ssh=False)
+                            only: Any = None, options: Any = None) -> Any:
+        run = await run_checklist_full(config, client=client, progress=progress, only=only, ssh=False, options=options)
         run.results = slurm_rows(session.allocation, session.step, run.results)
         return run
 

@@ -63,7 +63,7 @@ class JobScreen(StepScreen):
     def _job_changed(self, event: JobForm.Changed) -> None:
         config = self.wizard.config
         data = config.model_dump()
-        data["job"] = event.job.model_dump()
+        data["job"] = event.job.model_dump(exclude_unset=True)  # what was never set stays unset (an undeclared model)
         self.wizard.set_config(FtwizConfig.model_validate(data), "job")
         self._status("")
 

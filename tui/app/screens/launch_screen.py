@@ -104,7 +104,7 @@ class LaunchScreen(StepScreen):
         if session.error:
             text.append(session.error, style=f"bold {palette.bad}")
             return text
-        what = "all-reduce check" if job.workload == "allreduce" else f"{job.method} fine-tune of {job.model}"
+        what = _describe_job(job)
         text.append(f"{session.run_id or 'not started'} · {what} ", style="bold")
         for node, (state, _) in session.node_states.items():
             style = getattr(palette, _STATE_STYLE.get(state, "muted"), palette.muted)
@@ -213,3 +213,14 @@ class LaunchScreen(StepScreen):
         self.notify("Stopping every rank on every node…")
         await self.wizard.stop_launch()
         self.redraw()
+
+
+def _describe_job(job) -> str:
+    """What the header says runs: the all-reduce check, your command (as typed), or the recipe's fine-tune."""
+    if job.workload == "allreduce":
+        return "all-reduce check"
+    if job.workload == "command":
+        import shlex
+
+        return f"your code: {shlex.join(job.command)}"
+    return f"{job.method} fine-tune of {job.model}"

@@ -15,7 +15,7 @@ from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from shared.config import JobConfig
 
-__all__ = ["JOB_FIELDS", "JobForm"]
+__all__ = ["JOB_FIELDS", "WORKLOAD_FIELDS", "JobForm"]
 
 Kind = Literal["text", "int", "float", "choice", "bool", "list", "words", "env"]
 
@@ -40,16 +40,27 @@ JOB_FIELDS: list[tuple[str, str, Kind]] = [
     ("sharding", "Sharding", "choice"),
     ("output_dir", "Output dir", "text"),
     ("save_steps", "Save steps", "int"),
+    ("sizes_mb", "Sizes MB", "list"),
+    ("iterations", "Iterations", "int"),
     ("command", "Command", "words"),
     ("code_dir", "Code dir", "text"),
     ("requires", "Requires", "list"),
     ("env", "Env", "env"),
     ("progress_regex", "Progress re", "text"),
+    ("progress_total", "Total steps", "int"),
 ]
 """``(field, label, kind)`` in form order; choices come from the schema's Literal types."""
 
 #: The "your own code" fields: shown only for ``workload = "command"``.
-COMMAND_FIELDS = frozenset({"command", "code_dir", "requires", "env", "progress_regex"})
+COMMAND_FIELDS = frozenset({"command", "code_dir", "requires", "env", "progress_regex", "progress_total"})
+#: The rows each workload shows besides ``workload``: its own settings and nothing of the others'.
+WORKLOAD_FIELDS: dict[str, frozenset[str]] = {
+    "sft": frozenset({"model", "dataset", "method", "seq_len", "micro_batch_size", "grad_accum_steps", "epochs", "max_steps",
+                      "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "gradient_checkpointing",
+                      "precision", "optimizer", "sharding", "output_dir", "save_steps"}),
+    "allreduce": frozenset({"sizes_mb", "iterations"}),
+    "command": COMMAND_FIELDS,
+}
 #: How a workload reads in the choice list.
 WORKLOAD_LABELS = {"command": "your own code"}
 
@@ -128,12 +139,15 @@ class JobForm(VerticalScroll):
             yield Static("", classes="job-error", id=f"job-error-{field}")
 
     def on_mount(self) -> None:
-        self._show_command_fields(self._job.workload == "command")
+        self._show_fields(self._job.workload)
 
-    def _show_command_fields(self, shown: bool) -> None:
-        """The "your own code" rows appear beside the built-in recipes' only when that workload is chosen."""
-        for field in COMMAND_FIELDS:
-            self.query_one(f"#row-{field}").display = shown
+    def _show_fields(self, workload: str) -> None:
+        """Only the chosen workload's rows (your own code shows no recipe settings); your code's get a wider form."""
+        shown = WORKLOAD_FIELDS.get(workload, frozenset())
+        for field, _, _ in JOB_FIELDS:
+            if field != "workload":
+                self.query_one(f"#row-{field}").display = field in shown
+        self.set_class(workload == "command", "-command")
 
     def load(self, job: JobConfig) -> None:
         """Show ``job`` (e.g. after the config was reloaded) without posting Changed."""
@@ -151,12 +165,16 @@ class JobForm(VerticalScroll):
                     widget.value = _text(value, kind)  # type: ignore[attr-defined]
         finally:
             self._loading = False
-        self._show_command_fields(job.workload == "command")
+        self._show_fields(job.workload)
 
     def values(self) -> dict[str, Any]:
         """The form's raw values, shaped for :class:`JobConfig` (lists split, blanks omitted)."""
         data: dict[str, Any] = {}
+        workload = self.query_one("#job-workload", Select).value
+        shown = WORKLOAD_FIELDS.get(str(workload), frozenset()) | {"workload"}
         for field, _, kind in JOB_FIELDS:
+            if field not in shown:
+                continue  # another workload's setting: kept as it is, never read from a hidden row
             widget = self.query_one(f"#job-{field}")
             value = widget.value  # type: ignore[attr-defined]
             if kind == "list":
@@ -171,6 +189,8 @@ class JobForm(VerticalScroll):
             elif kind in ("text", "int", "float"):
                 text = str(value).strip()
                 if text == "" and kind != "text":
+                    if JobConfig.model_fields[field].default is None:
+                        data[field] = None  # a blank optional number (progress_total) is unset
                     continue  # a blank number falls back to its default
                 data[field] = text
             elif kind == "choice":
@@ -178,7 +198,7 @@ class JobForm(VerticalScroll):
             else:
                 data[field] = bool(value)
         # Settings the form does not show (allreduce sizes, timeouts) are kept as they are.
-        return {**self._job.model_dump(), **data}
+        return {**self._job.model_dump(exclude_unset=True), **data}
 
     def validate_form(self) -> Optional[JobConfig]:
         """Validate the form against the schema; show errors under their fields."""
@@ -216,9 +236,8 @@ class JobForm(VerticalScroll):
         event.stop()
         if self._loading or not self.is_mounted:
             return
-        workload = self.query_one("#job-workload", Select).value
-        self._show_command_fields(workload == "command")
         job = self.validate_form()
+        self._show_fields(str(self.query_one("#job-workload", Select).value))
         if job is None:
             self.post_message(self.Invalid(dict(self.errors)))
         elif job != self._job:

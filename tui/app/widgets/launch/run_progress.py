@@ -49,6 +49,9 @@ class RunProgress(Horizontal):
         if snapshot.total_steps:
             bar.update(total=snapshot.total_steps, progress=snapshot.step or 0)
             label.update(format_progress(snapshot))
+        elif snapshot.step is not None:  # a plain loop without a total: step and loss, as the headless line says
+            bar.update(total=None if not finished else 1, progress=1 if finished else 0)
+            label.update(format_progress(snapshot))
         elif allreduce_sizes:
             measured = len({row.get("size_bytes") for row in snapshot.allreduce})
             bar.update(total=allreduce_sizes, progress=min(measured, allreduce_sizes))

@@ -1,0 +1,95 @@
+"""Start-up cost of a one-node run: ``ftwiz --launch --yes`` of a one-line script on this machine (one local node,
+its own local agent, the whole checklist) beside ``torchrun --standalone --nproc-per-node=1`` of the same script.
+
+Both are run as a user types them, interleaved, ``--reps`` times each (5 by default, 2 with ``--quick``); the rows
+give the median wall time and CPU seconds (the command and every process it waited for: the agent, torchrun and
+the worker included), ftwiz's beside torchrun's, and ftwiz's extra over torchrun (target: at most 1 s).
+
+Run: ``python -m bench faststart`` (``--quick``: 2 of each).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SCRIPT = 'print("hello from rank", __import__("os").environ["RANK"], flush=True)\n'
+TARGET_EXTRA_S = 1.0
+
+
+def run(args: Any) -> list[dict]:
+    """The rows (see the module docstring)."""
+    reps = int(getattr(args, "reps", 0) or (2 if getattr(args, "quick", False) else 5))
+    with tempfile.TemporaryDirectory(prefix="ftwiz-faststart-") as tmp:
+        base = Path(tmp)
+        config = _project(base)
+        ftwiz = [sys.executable, "-m", "tui.cli", "--config", str(config), "--launch", "--yes"]
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", str(base / "code" / "one.py")]
+        env = {**os.environ, "XDG_CACHE_HOME": str(base / "cache")}
+        samples: dict[str, list[tuple[float, float]]] = {"ftwiz": [], "torchrun": []}
+        for _ in range(reps):
+            for name, argv in (("ftwiz", ftwiz), ("torchrun", torchrun)):
+                samples[name].append(_timed(argv, env=env, cwd=base))
+    wall = {k: statistics.median(w for w, _ in v) for k, v in samples.items()}
+    cpu = {k: statistics.median(c for _, c in v) for k, v in samples.items()}
+    extra = wall["ftwiz"] - wall["torchrun"]
+    note = f"median of {reps}, interleaved; one-line script, one local node"
+    return [
+        {"measure": "one-node start to end: ftwiz --launch --yes (wall)", "value": wall["ftwiz"], "unit": "s",
+         "baseline": wall["torchrun"], "ratio": wall["ftwiz"] / wall["torchrun"], "target": f"extra <= {TARGET_EXTRA_S:g} s", "note": note},
+        {"measure": "one-node start to end: ftwiz --launch --yes (CPU)", "value": cpu["ftwiz"], "unit": "CPU-s",
+         "baseline": cpu["torchrun"], "ratio": cpu["ftwiz"] / cpu["torchrun"], "note": note},
+        {"measure": "ftwiz's extra over torchrun --standalone (wall)", "value": extra, "unit": "s",
+         "target": f"<= {TARGET_EXTRA_S:g}", "note": note},
+    ]
+
+
+def _timed(argv: list[str], *, env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and every child it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv[2:4]} exited {done.returncode}: {done.stderr[-2000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _project(base: Path) -> Path:
+    (base / "code").mkdir()
+    (base / "code" / "one.py").write_text(SCRIPT)
+    config = base / "ftwiz.toml"
+    config.write_text(f'''[cluster]
+agent_port = {_free_port()}
+rendezvous_port = {_free_port()}
+agent_token_file = "{base / 'agent.token'}"
+
+[[nodes]]
+name = "here"
+host = "127.0.0.1"
+local = true
+python = "{sys.executable}"
+workdir = "{base / 'work'}"
+cpu_ranks = 1
+
+[job]
+workload = "command"
+command = ["one.py"]
+code_dir = "code"
+''')
+    return config
