@@ -8,6 +8,7 @@ and, forced past it, named on the console by the node side.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -113,6 +114,10 @@ def test_a_mistyped_script_is_named_by_the_checklist_and_by_the_node(tmp_path):
     assert line is not None, forced.stdout[-3000:]
     assert f"trian.py not found in {config.parent}: did you mean train.py?" in line
     assert "first error from the nodes: here/" in forced.stderr
+    # ... and `ftwiz --why` puts ftwiz's own words first, naming the script.
+    why = _ftwiz(config, "--why", "--json")
+    first = json.loads(why.stdout)["diagnoses"][0]
+    assert first["cause"] == "code.error" and "trian.py" in first["explanation"], why.stdout[-3000:]
 
 
 async def test_the_wizard_shows_the_same_progress_with_an_eta(tmp_path):
