@@ -136,7 +136,8 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         data_collator=PaddingCollator(tokenizer.pad_token_id),
         callbacks=[callback, NodeLocalWeights()],
     )
-    synctime.attach(trainer)  # times DDP's gradient all-reduce per step: sync_s in the progress lines
+    # times DDP's gradient all-reduce per step: sync_s in the progress lines, compute_s/sync_s in each rank's heartbeat
+    callback.sync = synctime.attach(trainer)
     trainer.remove_callback(PrinterCallback)  # our ProtocolCallback replaces HF's prints and tqdm
     trainer.remove_callback(ProgressCallback)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

@@ -210,6 +210,8 @@ class RunCore:
             kind = obj.get("ftwiz")
             if self.progress.update(node, rank, obj, now=self.clock()):
                 self._emit(ProgressChanged(self.progress.snapshot))
+                if self.progress.snapshot.straggler != self.record.model.straggler:
+                    self.record.update(straggler=self.progress.snapshot.straggler)
             if kind == "error":
                 failed_rank = obj.get("rank", rank)
                 self.supervisor.rank_errored(node, failed_rank if isinstance(failed_rank, int) else rank, str(obj.get("message", "")), self.clock())
@@ -286,6 +288,7 @@ class RunCore:
                 ended_at=None if detached else time.time(),
                 detached_at=time.time() if detached else None,
                 progress=dataclasses.asdict(self.progress.snapshot),
+                straggler=self.progress.snapshot.straggler,
                 root_causes=self.failures.root_causes,
                 save=False,
             )
