@@ -5,9 +5,10 @@ Pure: the controller folds each rank's per-step timings (the built-in recipes pu
 :func:`name_straggler`. The rules, in order:
 
 1. **compute**: the rank whose compute time per step (forward, backward, optimizer; not the gradient
-   sync) is the largest, when it is at least :data:`THRESHOLD` times the median of the other ranks. Its
-   peers then wait for it in the gradient sync, so their ``sync_s`` is high too: that wait is its fault,
-   which is why compute is decided first.
+   sync) is the largest, when its step (that compute plus the collective's own sync time, the least any
+   rank spent in it) is at least :data:`THRESHOLD` times a step at the median compute of the other ranks.
+   Its peers then wait for it in the gradient sync, so their ``sync_s`` is high too: that wait is its
+   fault, which is why compute is decided first.
 2. **network**: otherwise, the node whose ranks spend the most time in the gradient sync per step (less
    the time each waited for the slowest peer's compute), when a step with that sync is at least
    :data:`THRESHOLD` times a step with the other nodes' median sync: a slow link slows its own node's
@@ -34,7 +35,7 @@ THRESHOLD = 1.3
 
 @dataclass(frozen=True)
 class RankTiming:
-    """One rank's recent timings per optimizer step (medians over a window of steps)."""
+    """One rank's recent timings per optimizer step (means over a window of steps)."""
 
     rank: int
     node: str
@@ -51,8 +52,8 @@ class Straggler:
     node: str
     rank: int
     slowdown: Optional[float]
-    """How many times slower it is than the median of the others: its compute time per step (compute), its
-    step time with its node's sync against the others' (network)."""
+    """How many times longer its step is than a step of the median other rank: with its compute (compute),
+    with its node's sync (network)."""
     why: Literal["compute", "network"]
 
     def as_dict(self) -> dict:
@@ -73,27 +74,29 @@ def name_straggler(ranks: Sequence[RankTiming], *, slow_link_node: Optional[str]
     """
     if len(ranks) < 2:
         return None
-    compute = _slowest([(r, r.compute_s) for r in ranks], threshold)
+    compute = _slow_compute(ranks, threshold)
     if compute is not None:
-        rank, ratio = compute
-        return Straggler(rank.node, rank.rank, round(ratio, 2), "compute")
+        return compute
     network = _slow_node(ranks, threshold)
     if network is not None:
         return network
     return _slow_link(ranks, slow_link_node, threshold)
 
 
-def _slowest(values: Sequence[tuple[RankTiming, Optional[float]]], threshold: float) -> Optional[tuple[RankTiming, float]]:
-    """The row with the largest value when it is ``threshold`` times the median of the others."""
-    known = [(row, value) for row, value in values if value is not None and value >= 0]
+def _slow_compute(ranks: Sequence[RankTiming], threshold: float) -> Optional[Straggler]:
+    """The rank computing longest, when its step (its compute + the collective's own sync) is ``threshold``
+    times a step at the others' median compute: extra compute hidden under a slow network names nobody."""
+    known = [r for r in ranks if r.compute_s is not None and r.compute_s >= 0]
     if len(known) < 2:
         return None
-    row, value = max(known, key=lambda pair: (pair[1], -pair[0].rank))
-    others = statistics.median(v for r, v in known if r is not row)
-    if others <= 0:
-        return (row, float("inf")) if value > 0 else None
-    ratio = value / others
-    return (row, ratio) if ratio >= threshold else None
+    slow = max(known, key=lambda r: (r.compute_s or 0.0, -r.rank))
+    others = statistics.median(r.compute_s or 0.0 for r in known if r is not slow)
+    syncs = [r.sync_s for r in ranks if r.sync_s is not None]
+    collective = min(syncs) if syncs else 0.0  # the last to arrive waits for nobody: the collective's own time
+    if others + collective <= 0:
+        return None
+    ratio = ((slow.compute_s or 0.0) + collective) / (others + collective)
+    return Straggler(slow.node, slow.rank, round(ratio, 2), "compute") if ratio >= threshold else None
 
 
 def _slow_node(ranks: Sequence[RankTiming], threshold: float) -> Optional[Straggler]:
@@ -104,7 +107,8 @@ def _slow_node(ranks: Sequence[RankTiming], threshold: float) -> Optional[Stragg
     if len(by_node) < 2:
         return None
     slowest = max((r.compute_s for r in ranks if r.compute_s is not None), default=None)
-    node_sync = {node: statistics.median(_own_sync(r, slowest) for r in rows) for node, rows in by_node.items()}
+    floor = min(r.sync_s for r in ranks if r.sync_s is not None)
+    node_sync = {node: statistics.median(_own_sync(r, slowest, floor) for r in rows) for node, rows in by_node.items()}
     node = max(node_sync, key=lambda name: (node_sync[name], name))
     others = statistics.median(v for name, v in node_sync.items() if name != node)
     compute = statistics.median([r.compute_s for r in ranks if r.compute_s is not None] or [0.0])
@@ -113,14 +117,15 @@ def _slow_node(ranks: Sequence[RankTiming], threshold: float) -> Optional[Stragg
     ratio = (compute + node_sync[node]) / (compute + others)  # its step over the others' step
     if ratio < threshold:
         return None
-    rank = max(by_node[node], key=lambda r: (_own_sync(r, slowest), -r.rank))
+    rank = max(by_node[node], key=lambda r: (_own_sync(r, slowest, floor), -r.rank))
     return Straggler(node, rank.rank, round(ratio, 2), "network")
 
 
-def _own_sync(rank: RankTiming, slowest_compute: Optional[float]) -> float:
-    """Its sync time less the wait for the slowest peer's compute (a fast rank arrives early and waits)."""
+def _own_sync(rank: RankTiming, slowest_compute: Optional[float], collective: float) -> float:
+    """Its sync time less the wait for the slowest peer's compute (a fast rank arrives early and waits), never
+    below the collective's own time (the least any rank spent in it)."""
     wait = slowest_compute - rank.compute_s if slowest_compute is not None and rank.compute_s is not None else 0.0
-    return max(0.0, (rank.sync_s or 0.0) - wait)
+    return max(collective, (rank.sync_s or 0.0) - wait)
 
 
 def _slow_link(ranks: Sequence[RankTiming], node: Optional[str], threshold: float) -> Optional[Straggler]:

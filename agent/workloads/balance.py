@@ -109,8 +109,8 @@ def weighted_loss(model: Any, batch: dict, *, world_size: int, global_batch: int
     """
     import torch
 
-    labels = batch["labels"]
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    labels = batch["labels"].to(logits.device)
     shifted, targets = logits[:, :-1, :].float(), labels[:, 1:]
     per_token = torch.nn.functional.cross_entropy(shifted.reshape(-1, shifted.size(-1)), targets.reshape(-1),
                                                   ignore_index=-100, reduction="none").view(targets.shape)

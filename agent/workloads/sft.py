@@ -101,7 +101,7 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     """Train; return the exit code. The process group is already up. ``sharding = "fsdp"`` goes to :mod:`.fsdp_train`."""
     if ranks.is_main and spec.job.get("sharding_reason"):
         note(f'sharding = "auto" -> {spec["sharding"]}: {spec.job["sharding_reason"]}', rank=ranks.rank)
-    if spec["sharding"] == "fsdp":
+    if spec["sharding"] == "fsdp" or spec["balance"] == "auto":
         from . import fsdp_train
 
         return fsdp_train.run(spec, ranks, plan)

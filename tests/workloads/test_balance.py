@@ -29,7 +29,7 @@ def test_plan_shares(batch, speeds, caps, expected):
     shares = plan_shares(batch, speeds, caps, [f"n{i}" for i in range(len(speeds))])
     assert [(s.samples_per_step, s.micro_batch, s.accum) for s in shares] == expected
     assert sum(s.samples_per_step for s in shares) == batch  # the global batch stays what was configured
-    assert all(s.micro_batch <= cap for s, cap in zip(shares, caps))
+    assert all(s.micro_batch <= cap for s, cap in zip(shares, caps, strict=True))
     assert len({s.accum for s in shares}) == 1  # the same number of micro-steps on every rank
 
 

@@ -221,7 +221,11 @@ class RunCore:
                     self.supervisor.rank_reached(started)
                 self._save_ranks()
             elif kind in ("checkpoint", "done"):
+                if isinstance(obj.get("throughput"), dict):
+                    self.record.update(throughput=obj["throughput"], save=False)
                 self.record.update(progress=dataclasses.asdict(self.progress.snapshot))
+            elif kind == "note" and isinstance(obj.get("balance"), dict):
+                self.record.update(balance=obj["balance"])
         self._emit(LogLine(node, rank, text, time.time()))
 
     def _save_ranks(self) -> None:

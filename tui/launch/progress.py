@@ -25,8 +25,9 @@ __all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "split_rank", 
 #: time has whole-second resolution: one second is the least it can say).
 _TOKEN_WINDOW_MIN_S = 1.0
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
-#: Steps of each rank's timings the straggler decision looks at (medians: one slow step names nobody).
-TIMING_WINDOW = 9
+#: Steps of each rank's timings the straggler decision looks at (means: a CPU quota or a shared GPU slows a
+#: rank in bursts, a few steps of each window, so a median would miss it).
+TIMING_WINDOW = 8
 #: Steps a rank must have reported before it takes part (the first carries loading and warm-up).
 TIMING_MIN_STEPS = 3
 
@@ -187,7 +188,7 @@ class ProgressModel:
             info = self.ranks.get(rank)
             if info is None or len(window) < TIMING_MIN_STEPS:
                 continue
-            rows.append(RankTiming(rank, info.node, _median([c for c, _ in window]), _median([s for _, s in window])))
+            rows.append(RankTiming(rank, info.node, _mean([c for c, _ in window]), _mean([s for _, s in window])))
         return name_straggler(rows, slow_link_node=self.slow_link_node)
 
     def _progress(self, obj: dict[str, Any], step: Optional[int], now: float) -> bool:
@@ -245,12 +246,9 @@ def _who(straggler: Optional[dict]) -> Optional[tuple]:
     return None if straggler is None else (straggler.get("node"), straggler.get("rank"), straggler.get("why"))
 
 
-def _median(values: list[Optional[float]]) -> Optional[float]:
-    known = sorted(v for v in values if v is not None)
-    if not known:
-        return None
-    middle = len(known) // 2
-    return known[middle] if len(known) % 2 else (known[middle - 1] + known[middle]) / 2
+def _mean(values: list[Optional[float]]) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def _is_other_bar(snap: ProgressSnapshot, step: Optional[int], total: Optional[int]) -> bool:
