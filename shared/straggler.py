@@ -9,6 +9,8 @@ Pure: the controller folds each rank's per-step timings (the built-in recipes pu
    rank spent in it) is at least :data:`THRESHOLD` times a step at the median compute of the other ranks.
    Its peers then wait for it in the gradient sync, so their ``sync_s`` is high too: that wait is its
    fault, which is why compute is decided first.
+   Except on the node whose own link the pre-launch mesh found slow, while the sync takes longer than the
+   compute: its extra time is then the other collectives it sends over that link, so the why is network.
 2. **network**: otherwise, the node whose ranks spend the most time in the gradient sync per step (less
    the time each waited for the slowest peer's compute), when a step with that sync is at least
    :data:`THRESHOLD` times a step with the other nodes' median sync: a slow link slows its own node's
@@ -76,6 +78,12 @@ def name_straggler(ranks: Sequence[RankTiming], *, slow_link_node: Optional[str]
         return None
     compute = _slow_compute(ranks, threshold)
     if compute is not None:
+        syncs = [r.sync_s for r in ranks if r.sync_s is not None]
+        computes = [r.compute_s for r in ranks if r.compute_s is not None]
+        if compute.node == slow_link_node and syncs and min(syncs) > statistics.median(computes):
+            # on the slow link while the sync sets the pace: its extra time is the other collectives it sends
+            # over that link (token counts, loss means), not arithmetic
+            return Straggler(compute.node, compute.rank, compute.slowdown, "network")
         return compute
     network = _slow_node(ranks, threshold)
     if network is not None:
