@@ -5,8 +5,8 @@ Pure: the controller folds each rank's per-step timings (the built-in recipes pu
 :func:`name_straggler`. The rules, in order:
 
 1. **compute**: the rank whose compute time per step (forward, backward, optimizer; not the gradient
-   sync) is the largest, when its step (that compute plus the collective's own sync time, the least any
-   rank spent in it) is at least :data:`THRESHOLD` times a step at the median compute of the other ranks.
+   sync) is the largest, when its step (that compute plus the collective's own time: what the others spent
+   in sync beyond waiting for it) is at least :data:`THRESHOLD` times a step at the others' median compute.
    Its peers then wait for it in the gradient sync, so their ``sync_s`` is high too: that wait is its
    fault, which is why compute is decided first.
    Except on the node whose own link the pre-launch mesh found slow, while the sync takes longer than the
@@ -99,8 +99,10 @@ def _slow_compute(ranks: Sequence[RankTiming], threshold: float) -> Optional[Str
         return None
     slow = max(known, key=lambda r: (r.compute_s or 0.0, -r.rank))
     others = statistics.median(r.compute_s or 0.0 for r in known if r is not slow)
-    syncs = [r.sync_s for r in ranks if r.sync_s is not None]
-    collective = min(syncs) if syncs else 0.0  # the last to arrive waits for nobody: the collective's own time
+    # the collective's own time: what the others spent in sync beyond waiting for this rank's longer compute
+    # (its own sync is no guide: a CPU-starved rank is slow inside the collective too)
+    spare = [max(0.0, r.sync_s - ((slow.compute_s or 0.0) - (r.compute_s or 0.0))) for r in known if r is not slow and r.sync_s is not None]
+    collective = statistics.median(spare) if spare else 0.0
     if others + collective <= 0:
         return None
     ratio = ((slow.compute_s or 0.0) + collective) / (others + collective)
