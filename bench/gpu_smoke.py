@@ -5,7 +5,8 @@ On a machine with NVIDIA GPUs:
 1. records one NVML sample as a *recorded* fixture (machine, driver, date) under ``bench-results/``;
 2. runs the all-reduce check over NCCL on every GPU;
 3. runs a few steps each of LoRA, QLoRA, FSDP full and FSDP LoRA (the built-in sft recipe under torchrun) on
-   the tiny model and on one small real architecture built from its published config (no download);
+   the tiny model and on one small real architecture built from its published config (no download), then
+   LoRA under DDP and FSDP with ``balance = "auto"`` (the balanced loop) on the tiny model;
 4. prints the estimator's predicted per-GPU peak beside the measured ``torch.cuda.max_memory_allocated``.
 
 Without a GPU it says so, runs the CPU variants (LoRA on 1 rank, FSDP full and LoRA on 2 gloo ranks) and exits 0
@@ -35,6 +36,7 @@ QWEN25_05B = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 48
 CASES = (  # (name, method, sharding)
     ("lora", "lora", "ddp"), ("qlora", "qlora", "ddp"), ("fsdp-full", "full", "fsdp"), ("fsdp-lora", "lora", "fsdp"),
 )
+BALANCED = (("lora balanced", "lora", "ddp"), ("fsdp-lora balanced", "lora", "fsdp"))  # balance = "auto": the balanced loop on CUDA
 
 
 def gpu_count() -> tuple[int, str]:
@@ -67,6 +69,9 @@ def main() -> int:
             for model, label in ((tiny, "tiny"), (real, "qwen2.5-0.5b-arch")):
                 for name, method, sharding in CASES:
                     rows.append(_case(rundir, work, model, dataset, f"{label} {name}", method, sharding, nproc=count))
+                if model is tiny:
+                    for name, method, sharding in BALANCED:
+                        rows.append(_case(rundir, work, tiny, dataset, f"tiny {name}", method, sharding, nproc=count, balance="auto"))
         _print(rows)
         return 0 if all(r["ok"] for r in rows) else 1
     finally:
@@ -133,19 +138,28 @@ def _spec(work: Path, name: str, **job: Any) -> Path:
     return path
 
 
-def _case(rundir: Path, work: Path, model: Path, dataset: Path, name: str, method: str, sharding: str, *, nproc: int) -> dict[str, Any]:
+def _case(rundir: Path, work: Path, model: Path, dataset: Path, name: str, method: str, sharding: str, *, nproc: int,
+          balance: str = "off") -> dict[str, Any]:
     job = {"workload": "sft", "model": str(model), "dataset": str(dataset), "method": method, "sharding": sharding, "seq_len": 128,
-           "micro_batch_size": 2, "grad_accum_steps": 1, "max_steps": 4, "save_steps": 100, "logging_steps": 1, "learning_rate": 1e-4,
+           "balance": balance, "micro_batch_size": 2, "grad_accum_steps": 1, "max_steps": 4, "save_steps": 100, "logging_steps": 1,
+           "learning_rate": 1e-4,
            "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "precision": "bf16",
            "optimizer": "adamw", "gradient_checkpointing": False, "output_dir": "out"}
     code, records, stderr = _torchrun(rundir, _spec(work, name, **job), nproc)
     losses = [r["loss"] for r in records if r["ftwiz"] == "progress"]
     peaks = [r["peak_allocated_bytes"] for r in records if r["ftwiz"] == "done" and "peak_allocated_bytes" in r]
-    row: dict[str, Any] = {"case": name, "ranks": nproc, "ok": code == 0 and len(losses) == 4,
+    shares = [r["balance"] for r in records if r["ftwiz"] == "note" and "balance" in r]
+    throughput = [r["throughput"] for r in records if r["ftwiz"] == "done" and "throughput" in r]
+    balanced = balance == "off" or (bool(shares) and bool(throughput))
+    row: dict[str, Any] = {"case": name, "ranks": nproc, "ok": code == 0 and len(losses) == 4 and balanced,
                            "loss": f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "-",
                            "measured_gib": max(peaks) / 2**30 if peaks else None,
                            "predicted_gib": _predicted(model, job, nproc) if peaks else None,
                            "detail": "" if code == 0 else stderr.strip().splitlines()[-1:] or [f"exit {code}"]}
+    if balance != "off" and code == 0:
+        ranks = shares[-1]["ranks"] if shares else []
+        row["detail"] = [f"shares {[r['samples_per_step'] for r in ranks]}, "
+                         f"{(throughput[-1].get('tokens_per_s') if throughput else None)} tok/s"]
     return row
 
 

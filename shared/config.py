@@ -129,6 +129,10 @@ class JobConfig(_Section):
         "auto", description="ddp replicates the model on every GPU; fsdp shards weights, gradients and optimizer states (FSDP2, "
                             "one transformer block per unit); auto picks fsdp exactly when the estimator says ddp does not fit and fsdp does.")
     fsdp_offload: bool = Field(False, description="With sharding = fsdp: keep the shards and optimizer states in CPU RAM (slower; for small cards).")
+    balance: Literal["off", "auto"] = Field(
+        "off", description="sft only: auto gives each rank a share of every optimizer step's samples in proportion to its measured "
+                           "speed (micro-batch within its GPU's fit, accumulation makes up the rest; the global batch and the update "
+                           "stay what off gives), measured on the first steps and re-measured when a rank's speed drifts by > 20 %.")
     output_dir: str = Field("checkpoints/run", description="Checkpoints and the final adapter/model, relative to the node's workdir.")
     save_steps: int = Field(100, ge=1, description="Checkpoint every this many steps.")
     logging_steps: int = Field(1, ge=1, description="Progress line every this many steps.")

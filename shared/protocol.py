@@ -17,6 +17,10 @@ Kinds and their fields (``time`` is Unix seconds, float):
 
     {"ftwiz": "heartbeat", "rank": 3, "step": 12, "time": 1.7e9}
 
+                the built-in ``sft`` (DDP) adds this rank's timing of the step: ``"compute_s"`` (everything but
+                the gradient sync) and ``"sync_s"`` (its own time in the all-reduce, waiting for slower peers
+                included); the controller names the straggler from them (``shared/straggler.py``)
+
 ``progress``    global rank 0 only, every ``logging_steps``::
 
     {"ftwiz": "progress", "rank": 0, "step": 12, "total_steps": 100, "loss": 2.31,

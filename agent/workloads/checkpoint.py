@@ -126,7 +126,10 @@ def save_final(model, tokenizer, output_dir: Path, run_id: str, *, rank: int) ->
     if rank == 0:
         partial = output_dir / f".final.partial-{run_id or os.getpid()}"
         shutil.rmtree(partial, ignore_errors=True)
-        model.save_pretrained(str(partial), state_dict=full)
+        from torch.nn.parallel import DistributedDataParallel
+
+        plain = model.module if isinstance(model, DistributedDataParallel) else model  # balance = "auto" under DDP
+        plain.save_pretrained(str(partial), state_dict=full)
         tokenizer.save_pretrained(str(partial))
         previous = output_dir / f".final.previous-{run_id or os.getpid()}"
         if final.exists():

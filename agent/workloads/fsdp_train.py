@@ -1,5 +1,8 @@
 """The sft recipe's FSDP2 path: a plain training loop over a ``fully_shard``-ed model.
 
+With ``balance = "auto"`` both shardings train here (DDP wraps the model instead of sharding it) and
+:mod:`.balancing` feeds each rank its share of every global batch.
+
 The HF Trainer is not used here: with FSDP on CPU it trains as plain DDP without a word, so a CPU test
 through it would prove nothing about the sharding a GPU user gets. This loop mirrors the Trainer's defaults
 for the DDP path (AdamW, linear decay without warmup, gradient clipping at 1.0, the loss averaged over the
@@ -15,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint
+from . import balancing, checkpoint
 from .dist import Ranks
 from .errors import note
 from .fsdp import shard, shard_report
@@ -54,10 +57,14 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
         offload = False  # FSDP2's CPUOffloadPolicy needs an accelerator; on CPU the shards already live in host RAM
         if ranks.is_main:
             note("fsdp_offload = true has nothing to offload without a GPU: the shards already live in host RAM", rank=ranks.rank)
-    units = shard(model, ranks, backend, compute_dtype=compute, offload=offload)
-    report = shard_report(model, ranks, units)
-    print(report.line(), flush=True)
-    emit("note", rank=ranks.rank, message=report.line(), **report.fields())
+    fsdp = spec["sharding"] == "fsdp"
+    if fsdp:
+        units = shard(model, ranks, backend, compute_dtype=compute, offload=offload)
+        report = shard_report(model, ranks, units)
+        print(report.line(), flush=True)
+        emit("note", rank=ranks.rank, message=report.line(), **report.fields())
+    else:  # sharding = "ddp" with balance = "auto": this loop, the model replicated
+        model = balancing.wrap_ddp(model, ranks, backend)
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=float(spec["learning_rate"]), weight_decay=0.0)
@@ -67,6 +74,11 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
                                               collate_fn=PaddingCollator(tokenizer.pad_token_id))
     accum = int(spec["grad_accum_steps"])
     per_epoch = max(1, math.ceil(len(loader) / accum))
+    balancer = None
+    if spec["balance"] == "auto":
+        collate = PaddingCollator(tokenizer.pad_token_id)
+        balancer = balancing.Balancer(model, dataset, collate, spec, ranks, fsdp=fsdp)
+        per_epoch = balancer.steps_per_epoch
     total = int(spec["max_steps"]) if int(spec["max_steps"]) > 0 else math.ceil(per_epoch * float(spec["epochs"]))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, (total - step) / total))
 
@@ -79,32 +91,39 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
                  "(this node did not hold that shard)", rank=ranks.rank)
         scheduler.load_state_dict(state["scheduler"])
         start = int(state["step"])
-    if ranks.is_main:
+    if ranks.is_main and fsdp:
         print(f"ftwiz: fsdp {spec['method']} on {plan.model}: {report.total_params:,} parameters over {ranks.world_size} ranks, "
               f"{len(examples)} examples, compute {str(compute or torch.float32).replace('torch.', '')}; "
               f"training from step {start} to {total}", flush=True)
 
+    if balancer is not None:
+        balancer.calibrate(start)
     batches = _micro_batches(loader, sampler, skip=start * accum)
     window_loss, window_steps = 0.0, 0
     last_time, tokens = time.time(), 0
     model.train()
     for step in range(start + 1, total + 1):
         step_loss = 0.0
-        for micro in range(accum):
-            batch = next(batches)
-            model.set_requires_gradient_sync(micro == accum - 1)  # reduce-scatter once per optimizer step
-            loss = model(**batch).loss / accum
-            loss.backward()
-            step_loss += float(loss.detach())
-            tokens += int(batch["attention_mask"].sum())
+        if balancer is not None:
+            step_loss, step_tokens = balancer.step(step)
+            tokens += step_tokens
+        else:
+            for micro in range(accum):
+                batch = next(batches)
+                model.set_requires_gradient_sync(micro == accum - 1)  # reduce-scatter once per optimizer step
+                loss = model(**batch).loss / accum
+                loss.backward()
+                step_loss += float(loss.detach())
+                tokens += int(batch["attention_mask"].sum())
         torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         window_loss, window_steps = window_loss + step_loss, window_steps + 1
-        emit("heartbeat", rank=ranks.rank, step=step)
+        emit("heartbeat", rank=ranks.rank, step=step, **(balancer.finish_step(step) if balancer is not None else {}))
         if step % int(spec["logging_steps"]) == 0 or step == total:
-            mean = _mean_over_ranks(window_loss / window_steps, backend, ranks)
+            # balanced: each rank's step_loss is its share of the global batch's mean, so the ranks' sum is the mean
+            mean = (_sum_over_ranks if balancer is not None else _mean_over_ranks)(window_loss / window_steps, backend, ranks)
             rate = _sum_over_ranks(float(tokens), backend, ranks)
             now = time.time()
             if ranks.is_main:
@@ -119,9 +138,12 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
     if ranks.is_main:
         emit("note", rank=ranks.rank, message="fsdp: logits of the trained model on a fixed probe", probe_logits=probe)
     final = checkpoint.save_final(model, tokenizer, plan.output_dir, spec.run_id, rank=ranks.rank)
+    throughput = balancer.throughput() if balancer is not None else None  # a collective: every rank
     done: dict[str, Any] = {"status": "ok", **peak_memory(backend)}
     if ranks.is_main:
         done.update(adapter_path=str(final), step=total)
+        if throughput is not None:
+            done.update(throughput=throughput)
     emit("done", rank=ranks.rank, **done)
     if ranks.is_main:
         what = "adapter" if spec["method"] != "full" else "model"

@@ -101,7 +101,7 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     """Train; return the exit code. The process group is already up. ``sharding = "fsdp"`` goes to :mod:`.fsdp_train`."""
     if ranks.is_main and spec.job.get("sharding_reason"):
         note(f'sharding = "auto" -> {spec["sharding"]}: {spec.job["sharding_reason"]}', rank=ranks.rank)
-    if spec["sharding"] == "fsdp":
+    if spec["sharding"] == "fsdp" or spec["balance"] == "auto":
         from . import fsdp_train
 
         return fsdp_train.run(spec, ranks, plan)
@@ -136,7 +136,8 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
         data_collator=PaddingCollator(tokenizer.pad_token_id),
         callbacks=[callback, NodeLocalWeights()],
     )
-    synctime.attach(trainer)  # times DDP's gradient all-reduce per step: sync_s in the progress lines
+    # times DDP's gradient all-reduce per step: sync_s in the progress lines, compute_s/sync_s in each rank's heartbeat
+    callback.sync = synctime.attach(trainer)
     trainer.remove_callback(PrinterCallback)  # our ProtocolCallback replaces HF's prints and tqdm
     trainer.remove_callback(ProgressCallback)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

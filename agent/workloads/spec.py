@@ -46,6 +46,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "optimizer": "paged_adamw_8bit",
     "sharding": "auto",
     "fsdp_offload": False,
+    "balance": "off",
     "output_dir": "checkpoints/run",
     "save_steps": 100,
     "logging_steps": 1,
@@ -59,6 +60,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precision": ("bf16", "fp16", "fp32"),
     "optimizer": ("adamw", "adamw_8bit", "paged_adamw_8bit"),
     "sharding": ("auto", "ddp", "fsdp"),
+    "balance": ("off", "auto"),
 }
 
 

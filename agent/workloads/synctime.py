@@ -76,6 +76,8 @@ class SyncTimeCallback(TrainerCallback):
         self.timer = SyncTimer()
         self.active = False
         self._steps: list[float] = []
+        self.last_step_s: float | None = None
+        """This rank's seconds of sync in the last optimizer step (the heartbeat carries it)."""
 
     def on_train_begin(self, args, state, control, **kwargs):
         from torch.nn.parallel import DistributedDataParallel
@@ -87,7 +89,8 @@ class SyncTimeCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.active:
-            self._steps.append(self.timer.take_step())
+            self.last_step_s = self.timer.take_step()
+            self._steps.append(self.last_step_s)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         # Every rank logs at the same steps (logging_steps), so every rank reaches this collective.

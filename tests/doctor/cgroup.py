@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-__all__ = ["MemoryCgroup", "cgroup_problem"]
+__all__ = ["CpuCgroup", "MemoryCgroup", "cgroup_problem", "cpu_cgroup_problem"]
 
 _V2 = Path("/sys/fs/cgroup")
 _V1 = Path("/sys/fs/cgroup/memory")
@@ -79,3 +79,69 @@ def require_cgroups() -> None:
     if in_ci():
         pytest.fail(f"CI=true but the OOM-kill test cannot run: {problem}", pytrace=False)
     pytest.skip(problem)
+
+
+_V1_CPU = Path("/sys/fs/cgroup/cpu")
+
+
+def _v2_cpu() -> bool:
+    controllers = _V2 / "cgroup.controllers"
+    return controllers.is_file() and "cpu" in controllers.read_text().split()
+
+
+def cpu_cgroup_problem() -> str | None:
+    """None when a CPU-quota cgroup can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "cpu cgroups need root"
+    if not _v2_cpu() and not (_V1_CPU / "cpu.cfs_quota_us").is_file():
+        return "no cgroup cpu controller (neither v2 cpu.max nor v1 cpu.cfs_quota_us)"
+    return None
+
+
+class CpuCgroup:
+    """``with CpuCgroup(0.2) as cg: cg.add(pid)`` — the members share ``cores`` of CPU time (v2 ``cpu.max``,
+    else v1 ``cpu.cfs_quota_us``); a process moved in takes its later children with it. Removed on exit:
+    members still alive are moved back to the root group, not killed."""
+
+    PERIOD_US = 20_000  # short periods: the quota bites every step of a fast loop, not in 100 ms bursts
+
+    def __init__(self, cores: float) -> None:
+        self.quota_us = max(1000, int(cores * self.PERIOD_US))  # the kernel's least quota is 1 ms
+        self.v2 = _v2_cpu()
+        self.path = (_V2 if self.v2 else _V1_CPU) / f"ftwiz-cpu-{secrets.token_hex(4)}"
+
+    def __enter__(self) -> Self:
+        self.path.mkdir()
+        if self.v2:
+            (self.path / "cpu.max").write_text(f"{self.quota_us} {self.PERIOD_US}")
+        else:
+            (self.path / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+            (self.path / "cpu.cfs_quota_us").write_text(str(self.quota_us))
+        return self
+
+    def add(self, pid: int) -> None:
+        """Move ``pid`` into the group (v1 ``tasks`` moves one thread: every thread of the process is moved)."""
+        if self.v2:
+            (self.path / "cgroup.procs").write_text(str(pid))
+            return
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                (self.path / "tasks").write_text(tid)
+            except OSError:
+                pass  # a thread that ended meanwhile
+
+    def __exit__(self, *exc: object) -> None:
+        root = self.path.parent
+        members = "cgroup.procs" if self.v2 else "tasks"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                for pid in (self.path / members).read_text().split():
+                    try:
+                        (root / members).write_text(pid)
+                    except OSError:
+                        pass
+                time.sleep(0.2)

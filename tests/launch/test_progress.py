@@ -94,3 +94,32 @@ def test_a_progress_total_gives_a_plain_loop_its_eta():
         model.update("n0", 0, {"ftwiz": "progress", "source": "progress_regex", "step": step, "loss": 2.0}, now=float(step))
     line = format_progress(model.snapshot)
     assert "step 4/100" in line and "ETA 1:36" in line  # 96 steps at 1 step/s
+
+
+def _started(model, layout):
+    for rank, node in enumerate(layout):
+        model.update(node, rank, {"ftwiz": "started", "rank": rank, "world_size": len(layout), "pid": 100 + rank}, now=0.0)
+
+
+def test_heartbeat_timings_name_the_straggler_and_the_printer_shows_it():
+    model = ProgressModel()
+    _started(model, ["n0", "n1", "n2"])
+    changed = []
+    for step in range(1, 6):
+        for rank, compute in enumerate([0.2, 0.2, 0.7]):
+            sync = 0.02 if rank == 2 else 0.52  # the fast ranks wait for rank 2 in the all-reduce
+            beat = {"ftwiz": "heartbeat", "rank": rank, "step": step, "compute_s": compute, "sync_s": sync}
+            if model.update(f"n{rank}", rank, beat, now=float(step)):
+                changed.append((step, rank))
+    assert changed == [(3, 2)]  # named once, as soon as every rank has three steps
+    assert model.snapshot.straggler == {"node": "n2", "rank": 2, "slowdown": 3.27, "why": "compute"}  # 0.72 / 0.22
+    assert "straggler n2/r2 3.3x (compute)" in format_progress(model.snapshot)
+
+
+def test_an_even_run_names_nobody_and_plain_heartbeats_change_nothing():
+    model = ProgressModel()
+    _started(model, ["n0", "n1"])
+    for step in range(1, 10):
+        for rank in (0, 1):
+            assert not model.update("n0", rank, {"ftwiz": "heartbeat", "rank": rank, "step": step, "compute_s": 0.3, "sync_s": 0.05}, now=1.0)
+    assert model.snapshot.straggler is None and "straggler" not in format_progress(model.snapshot)

@@ -218,6 +218,8 @@ class RunCore:
             kind = obj.get("ftwiz")
             if self.progress.update(node, rank, obj, now=self.clock()):
                 self._emit(ProgressChanged(self.progress.snapshot))
+                if self.progress.snapshot.straggler != self.record.model.straggler:
+                    self.record.update(straggler=self.progress.snapshot.straggler)
             if kind == "error":
                 failed_rank = obj.get("rank", rank)
                 self.supervisor.rank_errored(node, failed_rank if isinstance(failed_rank, int) else rank, str(obj.get("message", "")), self.clock())
@@ -227,7 +229,11 @@ class RunCore:
                     self.supervisor.rank_reached(started)
                 self._save_ranks()
             elif kind in ("checkpoint", "done"):
+                if isinstance(obj.get("throughput"), dict):
+                    self.record.update(throughput=obj["throughput"], save=False)
                 self.record.update(progress=dataclasses.asdict(self.progress.snapshot))
+            elif kind == "note" and isinstance(obj.get("balance"), dict):
+                self.record.update(balance=obj["balance"])
         self._emit(LogLine(node, rank, text, time.time()))
 
     def _code_paths(self) -> CodePathMap:
@@ -302,6 +308,7 @@ class RunCore:
                 ended_at=None if detached else time.time(),
                 detached_at=time.time() if detached else None,
                 progress=dataclasses.asdict(self.progress.snapshot),
+                straggler=self.progress.snapshot.straggler,
                 root_causes=self.failures.root_causes,
                 save=False,
             )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from shared.protocol import parse_line
+from shared.straggler import RankTiming, name_straggler
 from tui.launch.trainer_output import parse_trainer_line
 
 __all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "split_rank", "format_progress"]
@@ -24,6 +25,11 @@ __all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "split_rank", 
 #: time has whole-second resolution: one second is the least it can say).
 _TOKEN_WINDOW_MIN_S = 1.0
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
+#: Steps of each rank's timings the straggler decision looks at (means: a CPU quota or a shared GPU slows a
+#: rank in bursts, a few steps of each window, so a median would miss it).
+TIMING_WINDOW = 8
+#: Steps a rank must have reported before it takes part (the first carries loading and warm-up).
+TIMING_MIN_STEPS = 3
 
 
 def split_rank(line: str) -> tuple[Optional[int], str]:
@@ -75,6 +81,8 @@ class ProgressSnapshot:
     last_checkpoint_step: Optional[int] = None
     allreduce: tuple[dict, ...] = ()
     """Rows of the allreduce check (size_bytes, algbw_gbps, busbw_gbps, correct)."""
+    straggler: Optional[dict] = None
+    """The rank that sets the pace (``shared.straggler.Straggler.as_dict``), None while nobody is 1.3x slower."""
     updated_at: Optional[float] = None
 
 
@@ -105,6 +113,10 @@ class ProgressModel:
     """Global rank → its last reported step."""
     errors: list[tuple[str, Optional[int], str]] = field(default_factory=list)
     """(node, rank, message) from ``error`` lines."""
+    timings: dict[int, deque] = field(default_factory=dict)
+    """Global rank → its last ``(compute_s, sync_s)`` per step from its heartbeats."""
+    slow_link_node: Optional[str] = None
+    """The node whose own link the pre-launch mesh found slow (the straggler decision's last rule)."""
     _history: deque = field(default_factory=lambda: deque(maxlen=30))
     _tokens_seen: deque = field(default_factory=lambda: deque(maxlen=30))
     _train_elapsed_s: Optional[float] = None
@@ -134,7 +146,7 @@ class ProgressModel:
                 if step is not None:
                     self.last_step[rank] = step
             if kind == "heartbeat":
-                return False
+                return rank is not None and self._timing(rank, obj)
             return self._progress(obj, step, now)
         if kind == "checkpoint":
             self.snapshot = replace(snap, last_checkpoint=obj.get("path"), last_checkpoint_step=_int(obj.get("step")), updated_at=time.time())
@@ -155,6 +167,29 @@ class ProgressModel:
             self.errors.append((node, rank, str(obj.get("message", ""))))
             return False
         return False
+
+    def _timing(self, rank: int, obj: dict[str, Any]) -> bool:
+        """Fold a heartbeat's ``compute_s``/``sync_s`` in; True when the named straggler changed."""
+        compute, sync = _float(obj.get("compute_s")), _float(obj.get("sync_s"))
+        if compute is None and sync is None:
+            return False
+        self.timings.setdefault(rank, deque(maxlen=TIMING_WINDOW)).append((compute, sync))
+        straggler = self.straggler()
+        found = straggler.as_dict() if straggler is not None else None
+        same = _who(found) == _who(self.snapshot.straggler)
+        # a new slowdown figure alone rides along with the next progress line; a new name is news at once
+        self.snapshot = replace(self.snapshot, straggler=found, updated_at=self.snapshot.updated_at if same else time.time())
+        return not same
+
+    def straggler(self):
+        """The straggler by the ranks' recent timings (``shared.straggler.name_straggler``), or None."""
+        rows = []
+        for rank, window in sorted(self.timings.items()):
+            info = self.ranks.get(rank)
+            if info is None or len(window) < TIMING_MIN_STEPS:
+                continue
+            rows.append(RankTiming(rank, info.node, _mean([c for c, _ in window]), _mean([s for _, s in window])))
+        return name_straggler(rows, slow_link_node=self.slow_link_node)
 
     def _progress(self, obj: dict[str, Any], step: Optional[int], now: float) -> bool:
         snap = self.snapshot
@@ -205,6 +240,15 @@ class ProgressModel:
             if t1 - t0 >= _TOKEN_WINDOW_MIN_S and n1 > n0:
                 return (n1 - n0) / (t1 - t0)
         return self.snapshot.tokens_per_s
+
+
+def _who(straggler: Optional[dict]) -> Optional[tuple]:
+    return None if straggler is None else (straggler.get("node"), straggler.get("rank"), straggler.get("why"))
+
+
+def _mean(values: list[Optional[float]]) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def _is_other_bar(snap: ProgressSnapshot, step: Optional[int], total: Optional[int]) -> bool:
@@ -265,6 +309,10 @@ def format_progress(snap: ProgressSnapshot) -> str:
         parts.append(f"ETA {_duration(snap.eta_s)}")
     if snap.last_checkpoint_step is not None:
         parts.append(f"ckpt @{snap.last_checkpoint_step}")
+    if snap.straggler:
+        s = snap.straggler
+        times = f" {s['slowdown']:.1f}x" if isinstance(s.get("slowdown"), (int, float)) else ""
+        parts.append(f"straggler {s.get('node')}/r{s.get('rank')}{times} ({s.get('why')})")
     if snap.allreduce:
         row = snap.allreduce[-1]
         size = (row.get("size_bytes") or 0) / 1e6

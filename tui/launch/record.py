@@ -118,6 +118,14 @@ class RunRecordModel(BaseModel):
     """The checklist rows the launch followed (a warning or a fail forced past with --force is here)."""
     sync_forecast: Optional[dict[str, Any]] = None
     """The checklist's gradient-sync forecast (``shared.syncplan.SyncForecast``); ``progress.sync_s`` is what the run measured."""
+    balance: Optional[dict[str, Any]] = None
+    """``[job] balance = "auto"``: ``{"mode", "ranks": [{"rank", "node", "samples_per_step", "micro_batch", "accum"}]}``,
+    the shares the run last fixed (after calibration, again after a drift)."""
+    throughput: Optional[dict[str, Any]] = None
+    """``{"tokens_per_s", "steps"}``: every rank's tokens over the time since the end of the first step (balanced runs)."""
+    straggler: Optional[dict[str, Any]] = None
+    """The rank that sets the pace, ``{"node", "rank", "slowdown", "why"}`` (``shared.straggler``); null when no
+    rank is 1.3x slower than the median of the others (or the workload reports no per-rank timings)."""
     diagnoses: list[dict[str, Any]] = Field(default_factory=list)
     """The failure doctor's findings, most likely root cause first (``ftwiz --why``)."""
     slurm: Optional[dict[str, Any]] = None

@@ -98,6 +98,10 @@ class Run(DetachedMixin):
         rows = [r.model_dump(mode="json") if hasattr(r, "model_dump") else dict(r) for r in results]
         forecast = sync.model_dump(mode="json") if sync is not None and hasattr(sync, "model_dump") else None
         self.record.update(checklist=rows, sync_forecast=forecast)
+        # the mesh's "every link at NODE is slow" row: the straggler decision's evidence for a slow link
+        slow = [r.get("node") for r in rows if r.get("id") == "net.mesh" and r.get("status") == "warn"
+                and r.get("node") and "every link" in str(r.get("detail", ""))]
+        self.progress.slow_link_node = slow[0] if slow else None
         if forecast is not None and isinstance(forecast.get("sync_s"), (int, float)):
             self.progress.snapshot = dataclasses.replace(self.progress.snapshot, sync_forecast_s=float(forecast["sync_s"]))
 

@@ -1,0 +1,209 @@
+"""``balance = "auto"`` at run time: measure each rank's speed, fix the shares, feed each rank its part.
+
+The plan and its mathematics are in :mod:`.balance`. Here: the global batches (one seeded permutation of the
+dataset per epoch, cut into ``micro_batch_size × grad_accum_steps × world`` samples: the same sets for every
+mode), a calibration before the first step (each rank times forward+backward passes on its own, with no
+gradient sync, so the figure is its compute alone), and, under DDP, a check every :data:`CHECK_EVERY` steps
+of each rank's compute speed (step time less its own time in the all-reduce): when one drifted by more than
+20 % the shares are planned again and the log says so. Every rank's heartbeat carries its ``compute_s`` and
+``sync_s`` (the straggler decision's input).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import deque
+from typing import Any, Optional
+
+from .balance import DRIFT, RankShare, drifted, plan_shares, step_slices, weighted_loss
+from .dist import Ranks
+from .errors import note
+from .protocol import emit
+
+__all__ = ["Balancer", "wrap_ddp"]
+
+CHECK_EVERY = 10
+"""Steps between drift checks (one small all-gather each)."""
+CALIBRATION_PASSES = 2
+"""Timed forward+backward passes per rank before the first step (after one untimed warm-up)."""
+
+
+def wrap_ddp(model: Any, ranks: Ranks, backend: str) -> Any:
+    """The model under DDP (balance = "auto" with sharding = "ddp" trains in this loop, not the HF Trainer)."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    if backend == "nccl":
+        device = torch.device("cuda", ranks.local_rank)
+        if not any(p.device.type == "cuda" for p in model.parameters()):
+            model = model.to(device)
+        return DistributedDataParallel(model, device_ids=[ranks.local_rank], broadcast_buffers=False, find_unused_parameters=False)
+    return DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=False)
+
+
+class Balancer:
+    """Drives one rank's share of every optimizer step (see the module docstring)."""
+
+    def __init__(self, model: Any, dataset: Any, collate: Any, spec: Any, ranks: Ranks, *, fsdp: bool) -> None:
+        self.model, self.dataset, self.collate, self.ranks, self.fsdp = model, dataset, collate, ranks, fsdp
+        self.micro = int(spec["micro_batch_size"])
+        self.global_batch = self.micro * int(spec["grad_accum_steps"]) * ranks.world_size
+        self.seed = int(spec.seed)
+        self.node = os.environ.get("FTWIZ_NODE") or socket.gethostname()
+        caps = spec.extra.get("max_micro_batch") or {}
+        self.max_micro = int(caps.get(self.node, self.micro)) if isinstance(caps, dict) else self.micro
+        self.steps_per_epoch = max(1, len(dataset) // self.global_batch)
+        self.shares: list[RankShare] = []
+        self.speeds: list[float] = []
+        self._window: deque = deque(maxlen=CHECK_EVERY)
+        self._timer = None
+        if not fsdp:
+            from .synctime import SyncTimer
+
+            self._timer = SyncTimer()
+            model.register_comm_hook(model.process_group, self._timer.hook)
+        self._started = 0.0
+        self._first_done: Optional[float] = None
+        self._tokens_after_first = 0
+        self._steps_after_first = 0
+
+    # ------------------------------------------------------------------ calibration
+
+    def calibrate(self, start: int) -> None:
+        """Time this rank's compute on its own, gather every rank's speed, fix the shares (a collective)."""
+        import torch
+
+        indices = self._global_batch(start + 1)[: self.micro]
+        batch = self._to_device(self.collate([self.dataset[i] for i in indices]))
+        self._sync(False)
+        elapsed = 0.0
+        for attempt in range(1 + CALIBRATION_PASSES):
+            began = time.perf_counter()
+            loss, _ = weighted_loss(self.model, batch, world_size=self.ranks.world_size, global_batch=self.global_batch)
+            loss.backward()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            if attempt:
+                elapsed += time.perf_counter() - began
+        self.model.zero_grad(set_to_none=True)
+        speed = len(indices) * CALIBRATION_PASSES / max(elapsed, 1e-9)
+        self._plan(self._gather(speed), reason="calibrated on each rank's own forward+backward")
+
+    def _plan(self, speeds: list[float], *, reason: str) -> None:
+        nodes = self._gather_nodes()
+        caps = self._gather_caps()
+        self.speeds = speeds
+        self.shares = plan_shares(self.global_batch, speeds, caps, nodes)
+        record = {"mode": "auto", "ranks": [s.as_dict() for s in self.shares]}
+        if self.ranks.is_main:
+            parts = ", ".join(f"r{s.rank}@{s.node} {s.samples_per_step} ({s.micro_batch}x{s.accum}, {speeds[s.rank]:.1f} samples/s)"
+                              for s in self.shares)
+            message = f"balance: {reason}: samples per step {parts}; global batch {self.global_batch}"
+            print(f"ftwiz: {message}", flush=True)
+            emit("note", rank=self.ranks.rank, message=message, balance=record)
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, step: int) -> tuple[float, int]:
+        """Forward+backward of this rank's share of ``step``'s global batch; ``(its part of the mean loss, tokens)``."""
+        self._started = time.perf_counter()
+        indices = self._global_batch(step)
+        slices = step_slices(self.shares, self.ranks.rank)
+        total, tokens = 0.0, 0
+        for micro, (start, stop) in enumerate(slices):
+            batch = self._to_device(self.collate([self.dataset[i] for i in indices[start:stop]]))
+            last = micro == len(slices) - 1
+            self._sync(last)
+            context = self.model.no_sync() if not self.fsdp and not last else _Nothing()
+            with context:
+                loss, part = weighted_loss(self.model, batch, world_size=self.ranks.world_size, global_batch=self.global_batch)
+                loss.backward()
+            total += part
+            tokens += int(batch["attention_mask"].sum())
+        if self._first_done is not None:
+            self._tokens_after_first += tokens
+        return total / self.global_batch, tokens
+
+    def finish_step(self, step: int) -> dict[str, Any]:
+        """After the optimizer step: this rank's ``compute_s``/``sync_s`` for the heartbeat; re-balance on drift."""
+        now = time.perf_counter()
+        step_s = now - self._started
+        sync = self._timer.take_step() if self._timer is not None else None
+        compute = max(step_s - (sync or 0.0), 1e-9)
+        if self._first_done is None:
+            self._first_done = now
+        else:
+            self._steps_after_first += 1
+        self._window.append(self.shares[self.ranks.rank].samples_per_step / compute)
+        if self._timer is not None and step % CHECK_EVERY == 0 and len(self._window) == CHECK_EVERY:
+            self._check_drift()
+        timing: dict[str, Any] = {"compute_s": round(compute, 5)}
+        if sync is not None:
+            timing["sync_s"] = round(sync, 5)
+        return timing
+
+    def _check_drift(self) -> None:
+        measured = self._gather(sum(self._window) / len(self._window))
+        moved = drifted(self.speeds, measured, tolerance=DRIFT)
+        if not moved:
+            return
+        what = "; ".join(f"r{r} {self.speeds[r]:.1f} -> {measured[r]:.1f} samples/s" for r in moved)
+        if self.ranks.is_main:
+            note(f"balance: speed drifted by more than {DRIFT:.0%} ({what}): re-balancing", rank=self.ranks.rank)
+        self._window.clear()
+        self._plan(measured, reason="re-balanced after a drift")
+
+    def throughput(self) -> dict[str, Any]:
+        """``{"tokens_per_s", "steps"}`` over every rank since the end of the first step (a collective)."""
+        elapsed = time.perf_counter() - self._first_done if self._first_done is not None else 0.0
+        tokens = sum(self._gather(float(self._tokens_after_first)))
+        return {"tokens_per_s": round(tokens / elapsed, 1) if elapsed > 0 else None, "steps": self._steps_after_first}
+
+    # ------------------------------------------------------------------ helpers
+
+    def _global_batch(self, step: int) -> list[int]:
+        """The dataset indices of ``step``'s global batch: a seeded permutation per epoch, cut in order."""
+        import torch
+
+        epoch, k = divmod(step - 1, self.steps_per_epoch)
+        order = torch.randperm(len(self.dataset), generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
+        return [order[i % len(order)] for i in range(k * self.global_batch, (k + 1) * self.global_batch)]
+
+    def _sync(self, on: bool) -> None:
+        if self.fsdp:
+            self.model.set_requires_gradient_sync(on)
+
+    def _to_device(self, batch: dict) -> dict:
+        import torch
+
+        if not torch.cuda.is_available():
+            return batch
+        device = torch.device("cuda", self.ranks.local_rank)
+        return {k: v.to(device) for k, v in batch.items()}
+
+    def _gather(self, value: float) -> list[float]:
+        import torch.distributed as dist
+
+        everyone: list = [None] * self.ranks.world_size
+        dist.all_gather_object(everyone, float(value))
+        return [float(v) for v in everyone]
+
+    def _gather_nodes(self) -> list[str]:
+        import torch.distributed as dist
+
+        everyone: list = [None] * self.ranks.world_size
+        dist.all_gather_object(everyone, self.node)
+        return [str(v) for v in everyone]
+
+    def _gather_caps(self) -> list[int]:
+        return [max(1, int(v)) for v in self._gather(float(self.max_micro))]
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -1,0 +1,130 @@
+"""``balance = "auto"``: the share planner (tables), and the same mathematics as one process on the whole batch.
+
+The gradient test runs two gloo ranks on CPU (DDP over a tiny random Llama) with unequal shares of one global
+batch and compares the averaged gradients with a single process's gradients of ``Σ per-sample loss / batch``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from agent.workloads.balance import RankShare, drifted, env_for, plan_shares, step_slices
+
+
+@pytest.mark.parametrize(("batch", "speeds", "caps", "expected"), [
+    # (global batch, samples/s per rank, largest micro-batch per rank) -> (samples_per_step, micro_batch, accum) per rank
+    (8, [1.0, 1.0], [4, 4], [(4, 4, 1), (4, 4, 1)]),
+    (8, [1.0, 3.0], [8, 8], [(2, 2, 1), (6, 6, 1)]),
+    (8, [1.0, 3.0], [8, 2], [(3, 1, 3), (5, 2, 3)]),  # the fast card fits 2: three micro-steps, so 3 samples at least each
+    (12, [1.0, 2.0, 3.0], [12, 12, 12], [(2, 2, 1), (4, 4, 1), (6, 6, 1)]),
+    (16, [1.0, 100.0], [1, 16], [(16 - 15, 1, 1), (15, 15, 1)]),  # at least one sample per rank
+    (8, [1.0, 1.0, 1.0], [8, 8, 8], [(3, 3, 1), (3, 3, 1), (2, 2, 1)]),  # the remainder to the first
+    (8, [0.0, 0.0], [4, 4], [(4, 4, 1), (4, 4, 1)]),  # nothing measured yet: uniform
+])
+def test_plan_shares(batch, speeds, caps, expected):
+    shares = plan_shares(batch, speeds, caps, [f"n{i}" for i in range(len(speeds))])
+    assert [(s.samples_per_step, s.micro_batch, s.accum) for s in shares] == expected
+    assert sum(s.samples_per_step for s in shares) == batch  # the global batch stays what was configured
+    assert all(s.micro_batch <= cap for s, cap in zip(shares, caps, strict=True))
+    assert len({s.accum for s in shares}) == 1  # the same number of micro-steps on every rank
+
+
+def test_slices_cover_the_global_batch_once():
+    shares = plan_shares(10, [1.0, 2.5, 1.5], [2, 3, 3], ["a", "b", "c"])
+    slices = [piece for rank in range(3) for piece in step_slices(shares, rank)]
+    covered = [i for start, stop in slices for i in range(start, stop)]
+    assert covered == list(range(10))
+    assert all(stop - start <= shares[r].micro_batch for r in range(3) for start, stop in step_slices(shares, r))
+
+
+def test_bad_inputs_and_drift_and_env():
+    with pytest.raises(ValueError, match="smaller than"):
+        plan_shares(1, [1.0, 1.0], [1, 1], ["a", "b"])
+    with pytest.raises(ValueError, match="at least one"):
+        plan_shares(4, [1.0, 1.0], [0, 1], ["a", "b"])
+    assert drifted([10.0, 10.0, 10.0], [11.0, 7.0, 12.5]) == [1, 2]
+    assert env_for(RankShare(1, "b", 6, 2, 3), "auto", 8) == {
+        "FTWIZ_BALANCE": "auto", "FTWIZ_GLOBAL_BATCH": "8", "FTWIZ_SAMPLES_PER_STEP": "6",
+        "FTWIZ_MICRO_BATCH": "2", "FTWIZ_GRAD_ACCUM": "3"}
+
+
+def _model():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, max_position_embeddings=64)
+    return LlamaForCausalLM(config).double()  # float64: the comparison is of mathematics, not of rounding
+
+
+def _samples():
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    lengths = [5, 9, 12, 7, 16, 3, 10, 14]  # unequal: padding must not change any sample's weight
+    return [torch.randint(0, 64, (n,), generator=generator).tolist() for n in lengths]
+
+
+def _batch(samples):
+    from agent.workloads.data import PaddingCollator
+
+    return PaddingCollator(0)([{"input_ids": s} for s in samples])
+
+
+def _rank_main(rank: int, world: int, port: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from agent.workloads.balance import weighted_loss
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    samples = _samples()
+    shares = plan_shares(len(samples), [1.0, 2.0], [1, 3], ["a", "b"])  # rank 0: 3 samples, 1 per micro-step; rank 1: 5
+    model = torch.nn.parallel.DistributedDataParallel(_model())
+    slices = step_slices(shares, rank)
+    for micro, (start, stop) in enumerate(slices):
+        sync = micro == len(slices) - 1
+        with model.no_sync() if not sync else _nothing():
+            loss, _ = weighted_loss(model, _batch(samples[start:stop]), world_size=world, global_batch=len(samples))
+            loss.backward()
+    if rank == 0:
+        torch.save({name: p.grad for name, p in model.module.named_parameters()}, out)
+    dist.destroy_process_group()
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unequal_shares_give_the_single_process_gradient(tmp_path: Path):
+    import torch
+    import torch.multiprocessing as mp
+
+    from agent.workloads.balance import weighted_loss
+
+    out = str(tmp_path / "grads.pt")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(_rank_main, args=(2, _free_port(), out), nprocs=2, join=True)
+    balanced = torch.load(out)
+    reference = _model()
+    samples = _samples()
+    loss, total = weighted_loss(reference, _batch(samples), world_size=1, global_batch=len(samples))
+    loss.backward()  # Σ over the global batch / global batch, in one process
+    assert loss.item() == pytest.approx(total / len(samples))
+    for name, param in reference.named_parameters():
+        torch.testing.assert_close(balanced[name], param.grad, rtol=1e-9, atol=1e-12, msg=name)
