@@ -156,6 +156,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("rendezvous", r"DistStoreError: Timed out after \d+ seconds waiting for clients|"
          r"Timed out initializing process group in store based barrier", 8,
          "OpenRLHF/OpenRLHF#1040, Liuziyu77/Visual-RFT#123 (the store waits for clients that never join)"),
+    # still waiting in init_process_group's store barrier when the log ends: a rank never joined (or two jobs share a store)
+    _sig("rendezvous", r"Waiting in store based barrier to initialize process group", 4,
+         "Lightning-AI/pytorch-lightning#4420, ultralytics/yolov5#4574 (worker_count never reaches world_size)"),
     # --- port taken
     _sig("port.in_use", r"errno: 98 - Address already in use|EADDRINUSE|address already in use", 10,
          "https://github.com/meta-pytorch/torchtune/issues/392"),
@@ -231,8 +234,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396, hpcaitech/ColossalAI#3439"),
     # the fp16 loss scale driven to its floor: not warm-up any more
     _sig("loss.nan", r"Current loss scale already at minimum|reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+|0)\b|"
-         r"Attempted loss scale: [12], reducing to [01]\b", 9,
-         "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex)"),
+         r"reducing (?:loss scale )?to [0-4](?:\.0+)?(?!\.?\d)", 9,
+         "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex); a scale halved down "
+         "to 4 or less is past any warm-up (which starts at 2**16 or 2**32): ymcui/Chinese-LLaMA-Alpaca#534"),
     # --- DDP / FSDP usage
     _sig("ddp.usage", r"Expected to have finished reduction in the prior iteration|find_unused_parameters|"
          r"parameters that were not used in producing loss|DDP expects same model across all ranks|"
@@ -263,8 +267,8 @@ SIGNATURES: tuple[Signature, ...] = (
 NORMAL: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
     r"NCCL INFO",                           # NCCL_DEBUG=INFO chatter
     # fp16 loss-scale warm-up (apex / deepspeed), until the scale falls below 1 (then it is loss.nan)
-    r"Gradient overflow\.\s+Skipping step(?!.*reducing loss scale to (?:0\.|\d(?:\.\d+)?e-|0\b))",
-    r"OVERFLOW! Rank \d+ Skipping step\.(?!.*reducing to [01]\b)",
+    r"Gradient overflow\.\s+Skipping step(?!.*reducing loss scale to (?:0\.|\d(?:\.\d+)?e-|[0-4](?:\.0+)?(?!\.?\d)))",
+    r"OVERFLOW! Rank \d+ Skipping step\.(?!.*reducing to [0-4](?:\.0+)?(?!\.?\d))",
     r"Setting OMP_NUM_THREADS environment variable",
     # c10d's socket warnings: a client retrying the store before the master is up (a failure ends in an error line)
     r"^\s*\[?W(?:\d{4} [\d:.]+(?: +\d+)?)? (?:\S+/)?socket\.cpp:\d+\] \[c10d\] "
