@@ -203,6 +203,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"invalid device function|cannot open shared object file|version `GLIBC_[\d.]+' not found|"
          r"requires? (?:torch|transformers|accelerate|deepspeed|peft|trl|bitsandbytes)\s*>=\s*\d", 8,
          "facebookresearch/bitsandbytes#21, bitsandbytes-foundation/bitsandbytes#1522, #138, ROCm/rocm-systems#2805"),
+    # ROCm's rocBLAS without Tensile kernels for this GPU's architecture (an unsupported or overridden gfx target)
+    _sig("version.skew", r"rocBLAS error: Cannot read \S.*TensileLibrary\w*\.dat|Could not initialize Tensile host", 8,
+         "ROCm/rocBLAS#1339, brknsoul/ROCmLibs#4, githubcto/FramePack-ZLUDA#4"),
     # --- NCCL asked for where there is no GPU (a CPU-only torch, a node without GPUs)
     _sig("version.skew", r"Distributed package doesn't have NCCL built in", 9,
          "torch/distributed/distributed_c10d.py raises it when torch was built without NCCL (CPU-only, Windows, macOS wheels)", fix=_NO_GPU_FIX),
