@@ -254,6 +254,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "skycrapers/TecoGAN-PyTorch#31, XPixelGroup/BasicSR#626, lmy98129/VLPD#6, FudanNLP/CPT#65",
          fix="the launcher passes --local-rank=N (torch >= 2.0) but the script's argparse does not take it: accept both "
          "(parser.add_argument(\"--local-rank\", \"--local_rank\", type=int)) or read LOCAL_RANK from the environment"),
+    # a single-GPU library (unsloth) started with several GPUs visible: it refuses the setup itself
+    _sig("code.error", r"does not support multi GPU setups|Multiple CUDA devices detected but we require a single device", 8,
+         "unslothai/unsloth#1142",
+         fix="this library trains on one GPU only: set CUDA_VISIBLE_DEVICES to one GPU per process, or use a multi-GPU method"),
     # --- data (the workloads' own error lines, and the usual Python ones when reading a dataset)
     _sig("data.invalid", r"ftwiz: error \(rank \d+\): (?:dataset |[^ ]*\.jsonl? line|record at line)|"
          r"dataset \S+ (?:not found|is a directory|has no records)|\.jsonl? line \d+: not valid JSON|"
