@@ -156,6 +156,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("rendezvous", r"DistStoreError: Timed out after \d+ seconds waiting for clients|"
          r"Timed out initializing process group in store based barrier", 8,
          "OpenRLHF/OpenRLHF#1040, Liuziyu77/Visual-RFT#123 (the store waits for clients that never join)"),
+    # still waiting in init_process_group's store barrier when the log ends: a rank never joined (or two jobs share a store)
+    _sig("rendezvous", r"Waiting in store based barrier to initialize process group", 4,
+         "Lightning-AI/pytorch-lightning#4420, ultralytics/yolov5#4574 (worker_count never reaches world_size)"),
     # --- port taken
     _sig("port.in_use", r"errno: 98 - Address already in use|EADDRINUSE|address already in use", 10,
          "https://github.com/meta-pytorch/torchtune/issues/392"),
@@ -200,6 +203,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"invalid device function|cannot open shared object file|version `GLIBC_[\d.]+' not found|"
          r"requires? (?:torch|transformers|accelerate|deepspeed|peft|trl|bitsandbytes)\s*>=\s*\d", 8,
          "facebookresearch/bitsandbytes#21, bitsandbytes-foundation/bitsandbytes#1522, #138, ROCm/rocm-systems#2805"),
+    # ROCm's rocBLAS without Tensile kernels for this GPU's architecture (an unsupported or overridden gfx target)
+    _sig("version.skew", r"rocBLAS error: Cannot read \S.*TensileLibrary\w*\.dat|Could not initialize Tensile host", 8,
+         "ROCm/rocBLAS#1339, brknsoul/ROCmLibs#4, githubcto/FramePack-ZLUDA#4"),
     # --- NCCL asked for where there is no GPU (a CPU-only torch, a node without GPUs)
     _sig("version.skew", r"Distributed package doesn't have NCCL built in", 9,
          "torch/distributed/distributed_c10d.py raises it when torch was built without NCCL (CPU-only, Windows, macOS wheels)", fix=_NO_GPU_FIX),
@@ -231,8 +237,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396, hpcaitech/ColossalAI#3439"),
     # the fp16 loss scale driven to its floor: not warm-up any more
     _sig("loss.nan", r"Current loss scale already at minimum|reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+|0)\b|"
-         r"Attempted loss scale: [12], reducing to [01]\b", 9,
-         "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex)"),
+         r"reducing (?:loss scale )?to [0-4](?:\.0+)?(?!\.?\d)", 9,
+         "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex); a scale halved down "
+         "to 4 or less is past any warm-up (which starts at 2**16 or 2**32): ymcui/Chinese-LLaMA-Alpaca#534"),
     # --- DDP / FSDP usage
     _sig("ddp.usage", r"Expected to have finished reduction in the prior iteration|find_unused_parameters|"
          r"parameters that were not used in producing loss|DDP expects same model across all ranks|"
@@ -247,6 +254,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "skycrapers/TecoGAN-PyTorch#31, XPixelGroup/BasicSR#626, lmy98129/VLPD#6, FudanNLP/CPT#65",
          fix="the launcher passes --local-rank=N (torch >= 2.0) but the script's argparse does not take it: accept both "
          "(parser.add_argument(\"--local-rank\", \"--local_rank\", type=int)) or read LOCAL_RANK from the environment"),
+    # a single-GPU library (unsloth) started with several GPUs visible: it refuses the setup itself
+    _sig("code.error", r"does not support multi GPU setups|Multiple CUDA devices detected but we require a single device", 8,
+         "unslothai/unsloth#1142",
+         fix="this library trains on one GPU only: set CUDA_VISIBLE_DEVICES to one GPU per process, or use a multi-GPU method"),
     # --- data (the workloads' own error lines, and the usual Python ones when reading a dataset)
     _sig("data.invalid", r"ftwiz: error \(rank \d+\): (?:dataset |[^ ]*\.jsonl? line|record at line)|"
          r"dataset \S+ (?:not found|is a directory|has no records)|\.jsonl? line \d+: not valid JSON|"
@@ -263,8 +274,8 @@ SIGNATURES: tuple[Signature, ...] = (
 NORMAL: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
     r"NCCL INFO",                           # NCCL_DEBUG=INFO chatter
     # fp16 loss-scale warm-up (apex / deepspeed), until the scale falls below 1 (then it is loss.nan)
-    r"Gradient overflow\.\s+Skipping step(?!.*reducing loss scale to (?:0\.|\d(?:\.\d+)?e-|0\b))",
-    r"OVERFLOW! Rank \d+ Skipping step\.(?!.*reducing to [01]\b)",
+    r"Gradient overflow\.\s+Skipping step(?!.*reducing loss scale to (?:0\.|\d(?:\.\d+)?e-|[0-4](?:\.0+)?(?!\.?\d)))",
+    r"OVERFLOW! Rank \d+ Skipping step\.(?!.*reducing to [0-4](?:\.0+)?(?!\.?\d))",
     r"Setting OMP_NUM_THREADS environment variable",
     # c10d's socket warnings: a client retrying the store before the master is up (a failure ends in an error line)
     r"^\s*\[?W(?:\d{4} [\d:.]+(?: +\d+)?)? (?:\S+/)?socket\.cpp:\d+\] \[c10d\] "

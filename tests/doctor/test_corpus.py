@@ -21,11 +21,11 @@ def scored():
     return score(load_corpus())
 
 
-#: The issue asks for 85 % and no healthy false alarm. Measured when the tuning stopped (collectors' files of
-#: 2026-11-24, 129 fair held-out failures, 16 held-out healthy logs): 108/129 = 83.7 %, 1 wrong cause, one
-#: held-out healthy log diagnosed. These floors keep that from regressing; raising them to the issue's
-#: targets is the open work (never by tuning on the held-out set).
-HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.83, 0.03, 1
+#: The issue asks for 85 % and no healthy false alarm. Measured when the second tuning round stopped
+#: (corpus_a/b/c of 2026-11-24, 141 fair held-out failures, 29 held-out healthy logs): 120/141 = 85.1 %,
+#: 1 wrong cause, one held-out healthy log diagnosed. These floors keep that from regressing; the last
+#: healthy false alarm is the open work (never by tuning on the held-out set).
+HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.85, 0.03, 1
 
 
 @pytest.mark.merged_corpus
