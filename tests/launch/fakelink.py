@@ -152,7 +152,7 @@ class FakeStream:
                 size = int(words[1])
                 if len(rest) < size:
                     return
-                with tarfile.open(fileobj=io.BytesIO(rest[:size])) as tar:
+                with tarfile.open(fileobj=io.BytesIO(rest[:size]), ignore_zeros=True) as tar:  # the node's tar, then shared ones
                     node.files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
                 self._stdin = rest[size:]
                 node.cluster.record(node.name, "upload")
