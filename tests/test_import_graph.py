@@ -44,6 +44,9 @@ KNOWN_PACKAGE_BACK_EDGES: set[tuple[str, str]] = {
     # tui.launch runs the doctor at the end of a failed run (base.py, commands.py -> tui.doctor.hook);
     # back: doctor/cli.py -> tui.launch.record (reading run.json).
     ("tui.doctor", "tui.launch"),
+    # tui.slurm drives tui.launch (commands, options, record, links); back: launch/record.py ->
+    # tui.slurm.slurmctl.valid_job_id (validating a stored Slurm job id), which belongs with the record or in shared/.
+    ("tui.launch", "tui.slurm"),
 }
 KNOWN_DUPLICATE_CLASSES: set[str] = {
     "NodeState",  # tui.client (an agent's reachability) and tui.launch.events (a node's part of a run)

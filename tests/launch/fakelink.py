@@ -162,7 +162,7 @@ class FakeStream:
             if line.strip() == b"go":
                 node.cluster.record(node.name, "go")
                 node.running, node.ending = True, None
-                self.push(f"P {node.pgid}")
+                self.push(f"P {node.pgid} {node.pgid_start}")
                 self.following = True
                 for frame in node.on_go:
                     self.push(frame)
@@ -178,6 +178,8 @@ class FakeNode:
     name: str
     cluster: "FakeCluster"
     pgid: int
+    pgid_start: int = 4242
+    """The group leader's start time (``/proc/PID/stat`` field 22) the ``P`` frame carries."""
     ranks: dict[int, int] = field(default_factory=dict)
     """Global rank → worker pid on this node (what a kill reports)."""
     reachable: bool = True

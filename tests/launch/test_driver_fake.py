@@ -189,7 +189,8 @@ def test_a_node_that_fails_stops_every_node_and_is_blamed(tmp_path):
     assert any("boom" in line for line in result.last_lines)
     # The node still running is stopped through its process group; the failed one is swept for leftovers.
     kill_a = [c for c in d.fake.calls if c[:2] == ("a", "kill")]
-    assert len(kill_a) == 1 and kill_a[0][2:4] == (d.fake.run_id, "a") and "1000" in kill_a[0][4:]
+    assert len(kill_a) == 1 and kill_a[0][2:4] == (d.fake.run_id, "a")
+    assert "1000" in kill_a[0][4:] and "4242" in kill_a[0][4:], "the group goes with its leader's start time"
     assert d.fake.verbs("b")[-1] == "kill"
     stored = d.record()
     assert stored["status"] == "failed" and stored["exit_code"] == EXIT_FAILED
@@ -365,7 +366,7 @@ def test_stop_detached_kills_where_it_can_and_names_the_node_it_could_not_reach(
     assert (result.status, result.exit_code) == (RunStatus.STOPPED, EXIT_FAILED)
     assert result.unreaped == ["b"] and "not reached: b" in result.reason
     kill_a = [c for c in d.fake.calls if c[:2] == ("a", "kill")]
-    assert len(kill_a) == 1 and "1000" in kill_a[0][4:], "the stored pgid is what is stopped"
+    assert len(kill_a) == 1 and "1000" in kill_a[0][4:] and "4242" in kill_a[0][4:], "the stored group and start time"
     stored = d.record()
     assert stored["status"] == "stopped" and stored["nodes"]["a"]["killed"][0]["pid"] == 1001
 
