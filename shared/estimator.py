@@ -1,4 +1,4 @@
-"""Per-GPU peak memory of a fine-tuning job, itemised, and a fit verdict with the biggest lever to pull.
+"""Per-GPU peak memory of a fine-tuning job, itemised (whether it fits a GPU, and the lever to pull: :mod:`shared.fit`).
 
 Pure arithmetic on a :class:`~shared.catalog.ModelArch` and a :class:`~shared.config.JobConfig`.
 It models the recipe ftwiz runs: Hugging Face ``transformers`` + ``peft`` (+ ``bitsandbytes`` for QLoRA),
@@ -45,22 +45,13 @@ from shared.catalog import ModelArch, linear_layers, param_breakdown, param_coun
 from shared.config import JobConfig
 from shared.estimate_types import GIB, Estimate, MemoryItem, Sharding
 
-# the verdict half lives in shared/fit.py; re-exported here, where callers have always found it
-from shared.fit import TIGHT_HEADROOM, Lever, Verdict, best_lever, choose_sharding, fit
-
 __all__ = [
     "ALLOCATOR_OVERHEAD",
     "CUDA_CONTEXT_BYTES",
     "GIB",
-    "TIGHT_HEADROOM",
     "Estimate",
-    "Lever",
     "MemoryItem",
-    "Verdict",
-    "best_lever",
-    "choose_sharding",
     "estimate",
-    "fit",
     "layer_activation_bytes_per_token",
     "lora_trainable_params",
 ]

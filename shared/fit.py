@@ -1,24 +1,20 @@
 """Whether an estimate fits a GPU, and the one setting that lowers the per-GPU peak the most.
 
-Split from :mod:`shared.estimator` (which re-exports every name here); ``estimate`` is imported when a lever
-is evaluated, so the two modules do not import each other at load time.
+The layer above :mod:`shared.estimator`: it re-estimates the job with each lever, so it imports the estimator
+and the estimator never imports it back.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from shared.config import JobConfig
-
-if TYPE_CHECKING:
-    from shared.estimator import Estimate
+from shared.estimate_types import GIB, Estimate
+from shared.estimator import estimate
 
 __all__ = ["TIGHT_HEADROOM", "Lever", "Verdict", "best_lever", "choose_sharding", "fit"]
-
-GIB = 1 << 30
-
 
 def _gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
@@ -79,8 +75,6 @@ def _levers(est: Estimate) -> list[tuple[str, str, JobConfig, dict, str]]:
 
 def best_lever(est: Estimate) -> Lever | None:
     """Re-estimate with each lever and return the one that lowers the peak the most (None if none helps)."""
-    from shared.estimator import estimate
-
     best: Lever | None = None
     for name, change, job, extra, why in _levers(est):
         options = dict(est.options)
@@ -129,8 +123,6 @@ def choose_sharding(arch, job: JobConfig, *, dp_size: int, free_bytes: list[int]
 
     FSDP shards evenly, so the GPU with the least free memory bounds every rank's shard.
     """
-    from shared.estimator import estimate
-
     if job.sharding != "auto":
         return job.sharding, f"sharding = \"{job.sharding}\" in [job]"
     if dp_size < 2 or not free_bytes:

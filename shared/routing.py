@@ -23,7 +23,8 @@ from pydantic import BaseModel, Field
 
 from shared.catalog import ModelArch, param_count
 from shared.config import JobConfig
-from shared.estimator import GIB, estimate, fit, lora_trainable_params
+from shared.estimator import GIB, estimate, lora_trainable_params
+from shared.fit import fit
 from shared.models import GpuInfo
 
 __all__ = ["Advice", "Interconnect", "GpuSpeed", "GPU_SPEEDS", "advise", "gpu_speed", "heterogeneous_speedup"]

@@ -10,7 +10,8 @@ import pytest
 
 from shared.catalog import CATALOG, ModelArch, arch_from_hf_config, param_count
 from shared.config import JobConfig
-from shared.estimator import GIB, NF4_BITS_DOUBLE_QUANT, estimate, fit, lora_trainable_params
+from shared.estimator import GIB, NF4_BITS_DOUBLE_QUANT, estimate, lora_trainable_params
+from shared.fit import fit
 
 DATA = Path(__file__).with_name("data")
 LLAMA7 = CATALOG["meta-llama/Llama-2-7b-hf"].arch

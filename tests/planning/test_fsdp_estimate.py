@@ -16,7 +16,8 @@ import pytest
 
 from shared.catalog import CATALOG, arch_from_hf_config
 from shared.config import JobConfig
-from shared.estimator import choose_sharding, estimate
+from shared.estimator import estimate
+from shared.fit import choose_sharding
 
 DATA = json.loads((Path(__file__).parent / "data" / "fsdp_cpu_measured.json").read_text())  # committed: absence fails
 GIB = 1 << 30

@@ -40,7 +40,10 @@ def slurm3() -> Iterator[SlurmCluster]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test using a Slurm cluster as ``cluster`` (so ``-m 'not cluster'`` leaves them out)."""
+    """Mark every test using a Slurm cluster as ``cluster`` (so ``-m 'not cluster'`` leaves them out), and put them
+    in one ``xdist_group``: each module's Slurm takes the same fixed ports (slurmctld, slurmd), so under
+    pytest-xdist (``make test``) they run one after the other on one worker."""
     for item in items:
         if "slurm3" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+            item.add_marker(pytest.mark.xdist_group("slurm"))

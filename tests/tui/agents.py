@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,10 +25,21 @@ from shared.config import FtwizConfig
 from tests.tui.fixture_cluster import FIXTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-AGENT_PORT = 18462
-"""The port every loopback agent of these tests listens on (each on its own address)."""
-RENDEZVOUS_PORT = 29731
-"""torchrun's rendezvous port in these tests: away from the default 29500 other suites use on this machine."""
+
+
+def _free_port() -> int:
+    """A port nothing listens on now (the kernel's choice), taken once per test process."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+AGENT_PORT = _free_port()
+"""The port every loopback agent of these tests listens on (each on its own address). Chosen per process: the
+session fixtures of each pytest-xdist worker, and of any other suite running on this machine, start agents on
+the same addresses, so a fixed port would meet another run's agent (HTTP 401: another token)."""
+RENDEZVOUS_PORT = _free_port()
+"""torchrun's rendezvous port in these tests (chosen per process like the agents')."""
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.tui.agents import AGENT_PORT
 from tests.tui.screen_text import flat_text, screen_text
 from tests.tui.waiting import wait_for
 from tui.app.screens.cluster_screen import ClusterScreen
@@ -41,7 +42,7 @@ async def test_down_node_detail_gives_reason_and_fix(make_app):
         await pilot.press("down", "down", "down")
         await pilot.pause()
         body = flat_text(app)
-        assert "DOWN:" in body and "http://127.0.0.40:18462" in body and "start the agent on node3" in body
+        assert "DOWN:" in body and f"http://127.0.0.40:{AGENT_PORT}" in body and "start the agent on node3" in body
 
 
 async def test_function_keys_move_between_steps_and_help_lists_keys(make_app):

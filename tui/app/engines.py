@@ -113,7 +113,7 @@ def plan_job(config: FtwizConfig, cluster: "ClusterState") -> JobPlan:
     plan = JobPlan(items=_items(est), note=f"{source.source} · dp {dp} · {est.sharding} · peak at {est.phase}{planned_note(job)}",
                    notes=list(getattr(est, "notes", []) or []))
     for node_name, gpus in inventory.items():
-        plan.rows.extend(_fit_rows(estimator, est, node_name, gpus))
+        plan.rows.extend(_fit_rows(est, node_name, gpus))
     plan.advice, plan.advice_note = _advice(config, inventory, source.arch, reports)
     return plan
 
@@ -123,8 +123,10 @@ def _items(est: Any) -> list[tuple[str, int]]:
     return [(item.name.replace("_", " "), int(item.bytes)) for item in est.items]
 
 
-def _fit_rows(estimator: Any, est: Any, node: str, gpus: list[Any]) -> list[FitRow]:
+def _fit_rows(est: Any, node: str, gpus: list[Any]) -> list[FitRow]:
     """One row per GPU; consecutive GPUs with the same free memory and verdict share a row."""
+    from shared.fit import fit
+
     rows: list[FitRow] = []
     verdicts: dict[int, Any] = {}  # GPUs with the same free memory get the same answer (and levers cost re-estimates)
     first = last = None
@@ -134,7 +136,7 @@ def _fit_rows(estimator: Any, est: Any, node: str, gpus: list[Any]) -> list[FitR
         if free is not None:
             answer = verdicts.get(free)
             if answer is None:
-                answer = verdicts[free] = estimator.fit(est, free)
+                answer = verdicts[free] = fit(est, free)
             verdict = answer.status
             if answer.lever is not None:
                 lever = f"{answer.lever.change}: saves {answer.lever.saves_bytes / 1024**3:.1f} GiB → {answer.lever.new_total_bytes / 1024**3:.1f} GiB"

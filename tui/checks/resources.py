@@ -138,6 +138,7 @@ def _world_size(ctx: CheckContext) -> int:
 def memory_fit(ctx: CheckContext) -> list[CheckResult]:
     """Per node: the estimator's per-GPU peak against each GPU's free memory (fits / tight / won't fit)."""
     from shared import estimator
+    from shared.fit import choose_sharding
 
     title = "memory fit per GPU"
     job = ctx.config.job
@@ -150,7 +151,7 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
         return [result("mem.fit", title, "skip", None, f"unknown model: {source.source}",
                        "point [job] model at a local directory with config.json, or use a catalog model id (e.g. meta-llama/Llama-2-7b-hf)")]
     dp = _world_size(ctx)
-    sharding, why = estimator.choose_sharding(source.arch, job, dp_size=dp, free_bytes=free_per_gpu(ctx.config, ctx.reports))
+    sharding, why = choose_sharding(source.arch, job, dp_size=dp, free_bytes=free_per_gpu(ctx.config, ctx.reports))
     est = estimator.estimate(source.arch, job, dp_size=dp, sharding=sharding)
     other = estimator.estimate(source.arch, job, dp_size=dp, sharding="fsdp" if sharding == "ddp" else "ddp") if dp > 1 else None
     both = f"{est.sharding} {est.total_bytes / GIB:.1f} GiB" + (f", {other.sharding} {other.total_bytes / GIB:.1f} GiB" if other else "")
@@ -171,14 +172,14 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
             rows.append(result("mem.fit", title, "skip", node.name,
                                f"no GPU: estimate {est.total_bytes / GIB:.1f} GiB per GPU{ram_text} ({source.source})"))
             continue
-        rows.append(_fit_row(estimator, est, node, gpus, f"{source.source}; {context}"))
+        rows.append(_fit_row(est, node, gpus, f"{source.source}; {context}"))
     return rows
 
 
 def launch_sharding(config: FtwizConfig, reports: Mapping[str, Any]) -> tuple[str, str]:
     """The sharding a launch writes into ``job.json``, and why: ``auto`` becomes ``fsdp`` exactly when the
     estimator says DDP does not fit every GPU the job uses and FSDP does (see ``shared.fit.choose_sharding``)."""
-    from shared import estimator
+    from shared.fit import choose_sharding
 
     job = config.job
     if not planned(job) or job.sharding != "auto":
@@ -186,7 +187,7 @@ def launch_sharding(config: FtwizConfig, reports: Mapping[str, Any]) -> tuple[st
     source = resolve_arch(config)
     if source.arch is None:
         return "ddp", f"auto: the model's architecture is unknown ({source.source}); ddp"
-    return estimator.choose_sharding(source.arch, job, dp_size=world_size(config, reports), free_bytes=free_per_gpu(config, reports))
+    return choose_sharding(source.arch, job, dp_size=world_size(config, reports), free_bytes=free_per_gpu(config, reports))
 
 
 def free_per_gpu(config: FtwizConfig, reports: Mapping[str, Any]) -> list[int]:
@@ -204,8 +205,10 @@ def free_per_gpu(config: FtwizConfig, reports: Mapping[str, Any]) -> list[int]:
 _STATUS: dict[str, Status] = {"fits": "pass", "tight": "warn", "won't fit": "fail"}
 
 
-def _fit_row(estimator, est, node: NodeConfig, gpus: list, source: str) -> CheckResult:
+def _fit_row(est, node: NodeConfig, gpus: list, source: str) -> CheckResult:
     """One row per node: the worst GPU decides; the detail lists every GPU."""
+    from shared.fit import fit
+
     title = "memory fit per GPU"
     order = {"pass": 0, "warn": 1, "fail": 2}
     worst: Status = "pass"
@@ -215,7 +218,7 @@ def _fit_row(estimator, est, node: NodeConfig, gpus: list, source: str) -> Check
         if free is None:
             parts.append(f"GPU{gpu.index}: free memory unknown")
             continue
-        verdict = estimator.fit(est, free)
+        verdict = fit(est, free)
         status = _STATUS[verdict.status]
         parts.append(f"GPU{gpu.index} {verdict.status}")
         if worst_verdict is None or order[status] > order[worst]:

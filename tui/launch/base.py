@@ -73,7 +73,7 @@ class RunCore:
         self.run_id = record.model.run_id
         self.options = options
         self.reports = dict(reports or {})
-        #: The clock every decision reads (the runners' ``last_rx`` is on ``time.monotonic`` too).
+        #: The clock every decision reads (the runners stamp ``last_rx`` with it too).
         self.clock = clock
         # [job] progress_total: a total for a loop that prints none (the ETA needs one); a printed total wins.
         self.progress = ProgressModel(snapshot=ProgressSnapshot(total_steps=config.job.progress_total))
@@ -255,7 +255,7 @@ class RunCore:
     def _new_runner(self, name: str) -> NodeRunner:
         node = next(n for n in self.config.nodes if n.name == name)
         transport = {"link_factory": self.options.link_factory} if self.options.link_factory is not None else {}
-        runner = NodeRunner(node, self.config.cluster, self.run_id, self._outbox, tick_s=self.options.tick_s, **transport).start()
+        runner = NodeRunner(node, self.config.cluster, self.run_id, self._outbox, tick_s=self.options.tick_s, clock=self.clock, **transport).start()
         self._runners[name] = runner
         return runner
 

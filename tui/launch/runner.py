@@ -4,8 +4,8 @@ reads the node's framed log stream (see :mod:`agent.nodeside`) in between.
 The supervisor talks to a :class:`NodeRunner` only through :meth:`NodeRunner.submit` (a command
 runs on the runner's thread and its result comes back in a :class:`~concurrent.futures.Future`) and
 through the runner's outbox, where it posts typed messages (:mod:`tui.launch.messages`):
-``NodeLine``, ``NodePgid``, ``NodeEnded``, ``NodeLost``, ``RankSamples``. ``last_rx`` (monotonic time
-of the last byte from the node, ticks included) is the liveness signal: a cut link shows as a
+``NodeLine``, ``NodePgid``, ``NodeEnded``, ``NodeLost``, ``RankSamples``. ``last_rx`` (the run's clock
+at the last byte from the node, ticks included) is the liveness signal: a cut link shows as a
 runner whose ``last_rx`` stops moving.
 """
 
@@ -68,6 +68,7 @@ class NodeRunner:
         *,
         tick_s: float = 1.0,
         link_factory: Callable[..., NodeLink] = open_link,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
         self.name = node.name
@@ -76,12 +77,13 @@ class NodeRunner:
         self.outbox = outbox
         self.tick_s = tick_s
         self._link_factory = link_factory
+        self._clock = clock
         self._commands: "queue.Queue[tuple[Callable[[], Any], Future]]" = queue.Queue()
         self._link: Optional[NodeLink] = None
         self._stream: Optional[LineStream] = None
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name=f"ftwiz-node-{node.name}", daemon=True)
-        #: Monotonic time of the last byte from the node's stream (None before streaming).
+        #: ``clock`` time (the run's decision clock) of the last byte from the node's stream (None before streaming).
         self.last_rx: Optional[float] = None
         #: Bytes of the node log consumed so far (where a re-attach resumes).
         self.offset = 0
@@ -214,7 +216,7 @@ class NodeRunner:
                 if self._stream is None:
                     raise RuntimeError(f"{self.name}: the node ended the launch{_said(said)}")
                 continue
-            self.last_rx = time.monotonic()
+            self.last_rx = self._clock()
             kind, _, rest = line.partition(" ")
             if kind == wanted:
                 return rest
@@ -263,7 +265,7 @@ class NodeRunner:
             self._drop_link()
             raise
         self.offset, self.following, self.lost = 0, True, False
-        self.last_rx = time.monotonic()
+        self.last_rx = self._clock()
         self.outbox.put(NodePgid(self.name, self.pgid, self.pgid_start))
         return self.pgid
 
@@ -289,7 +291,7 @@ class NodeRunner:
             raise
         self.offset = offset
         self.following, self.lost = True, False
-        self.last_rx = time.monotonic()
+        self.last_rx = self._clock()
 
     def reconnect(self, timeout: Optional[float] = None) -> bool:
         """Open a fresh link and resume following where the last stream stopped (unless the node ended)."""
@@ -349,7 +351,7 @@ class NodeRunner:
                 return
             if line is None:
                 continue
-            self.last_rx = time.monotonic()
+            self.last_rx = self._clock()
             self._handle(line)
 
     def _handle(self, line: str) -> None:
