@@ -199,6 +199,29 @@ class ConnectProbeResult(_Model):
     error: Optional[str] = Field(None, description="Why it failed: refused, timed out, unresolvable.")
 
 
+class ConnectTarget(_Model):
+    """One address of a batch connect probe."""
+
+    model_config = ConfigDict(extra="forbid")
+    host: str = Field(min_length=1, max_length=253, description="Host name or address to connect to.")
+    port: int = Field(ge=1, le=65535, description="TCP port.")
+
+
+class ConnectManyRequest(_Model):
+    """``POST /v1/probe/connect-many``: TCP connects from this node to many peers (the mesh's all-pairs latency)."""
+
+    model_config = ConfigDict(extra="forbid")
+    targets: list[ConnectTarget] = Field(min_length=1, max_length=512, description="Peers to connect to (at most 512).")
+    tries: int = Field(3, ge=1, le=5, description="Connects per target, one after the other; the best time counts.")
+    timeout_s: float = Field(3.0, gt=0, le=10, description="Connect timeout in seconds per try (at most 10).")
+
+
+class ConnectManyResult(_Model):
+    """One :class:`ConnectProbeResult` per target, in the request's order (``latency_ms`` the best of the tries)."""
+
+    results: list[ConnectProbeResult]
+
+
 class ListenProbeRequest(_Model):
     """``POST /v1/probe/listen``: hold a temporary TCP listener."""
 
