@@ -6,11 +6,12 @@ the rounds :func:`round_robin` gives and fills a :class:`MeshMatrix`; :func:`slo
 
 Scheduling is the circle method of a round-robin tournament: with N nodes (plus a "bye" when N is odd)
 there are N−1 rounds (N rounds when odd) in which every node is in at most one pair, and every pair
-meets exactly once; both directions of a pair stream at once (links are full duplex), so every node
-sends one stream and receives one in a round.
+meets exactly once, so no two streams of a round share a node's link (each pair's two directions stream
+one after the other).
 
-The quick pass (:func:`ring_rounds`) streams around a ring in both directions, two rounds whatever N:
-each node's link is measured sending and receiving twice, against two different peers, which is what
+The quick pass (:func:`ring_rounds`) streams around a ring in both directions, two rounds whatever N,
+each node sending one stream and receiving another at once (links are full duplex): each node's link is
+measured sending and receiving twice, against two different peers, which is what
 names a slow node; :func:`disagreements` says when it no longer matches the cached full matrix.
 """
 

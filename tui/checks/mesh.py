@@ -40,7 +40,7 @@ STREAM_SECONDS = 0.5
 async def measure_mesh(config: FtwizConfig, client: Any, up: set[str], *, stream_seconds: float = STREAM_SECONDS,
                        connect_timeout_s: float = 3.0, plan: str = "full") -> MeshMatrix:
     """Connect times of every ordered pair among the nodes in ``up``, then the streams of ``plan``:
-    ``"full"`` every ordered pair (round robin, both directions of a pair at once), ``"quick"`` the ring
+    ``"full"`` every ordered pair (round robin, each pair's two directions one after the other), ``"quick"`` the ring
     both ways. Links touching a node not up carry an error; links not streamed have no Gbit/s."""
     started = time.monotonic()
     names = [n.name for n in config.nodes]
@@ -79,11 +79,13 @@ async def measure_mesh(config: FtwizConfig, client: Any, up: set[str], *, stream
     if plan == "quick":
         rounds = meshplan.ring_rounds(live)
     else:
-        rounds = [[d for a, b in pairs for d in ((a, b), (b, a))] for pairs in meshplan.round_robin(live)]
+        # Each pair's a → b streams, then its b → a: a node sends or receives one stream at a time, so a
+        # slow return path (delayed ACKs) cannot drag the figure of the other direction down with it.
+        rounds = [[(b, a) if flip else (a, b) for a, b in pairs] for pairs in meshplan.round_robin(live) for flip in (False, True)]
     for directed in rounds:
         await asyncio.gather(*(bandwidth(a, b) for a, b in directed))
     ordered = [links[(a, b)] for a in names for b in names if a != b and (a, b) in links]
-    return MeshMatrix(nodes=names, links=ordered, rounds=len(rounds), seconds=round(time.monotonic() - started, 3),
+    return MeshMatrix(nodes=names, links=ordered, rounds=len(rounds) if plan == "quick" else len(rounds) // 2, seconds=round(time.monotonic() - started, 3),
                       stream_seconds=stream_seconds, measured_at=time.time())
 
 

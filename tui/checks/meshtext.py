@@ -6,7 +6,7 @@
      "latency_ms": [[null, 0.12], [0.11, null]], "median_gbit_per_s": 9.25,
      "slow": [{"src": "node1", "dst": "node0", "gbit_per_s": 0.09}], "delayed": [...],
      "links": [{"src", "dst", "latency_ms", "gbit_per_s", "error"}], "rounds": 1, "seconds": 1.3,
-     "mode": "quick", "age_s": 312.5, "reason": "...", "pairs": [{"src", "dst", "latency_ms", "gbit_per_s", "error"}]}
+     "mode": "quick", "age_s": 312.5, "reason": "...", "measured_s": 1.4, "pairs": [{"src", "dst", "latency_ms", "gbit_per_s", "error"}]}
 
 The matrix is the full one (measured now, or cached and ``age_s`` old); ``mode`` says whether every pair
 streamed this time (``full``) or the quick pass did (``quick``: the ring both ways plus every pair's connect
@@ -44,6 +44,7 @@ def mesh_json(mesh: MeshMatrix, run: MeshRun | None = None) -> dict[str, Any]:
         "mode": run.mode if run is not None else "full",
         "age_s": run.age_s if run is not None else 0.0,
         "reason": run.reason if run is not None else "",
+        "measured_s": run.seconds if run is not None else mesh.seconds,
         "pairs": [link.model_dump(mode="json") for link in measured],
     }
 
