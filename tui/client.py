@@ -373,9 +373,9 @@ class AgentClient:
                                  timeout_s: float = 3.0) -> AgentReply[ConnectManyResult]:
         """Ask ``node``'s agent to connect to every ``(host, port)``, best of ``tries`` each (one request)."""
         body = {"targets": [{"host": h, "port": p} for h, p in targets], "tries": tries, "timeout_s": min(timeout_s, 10.0)}
-        rounds = -(-len(targets) // 16)  # the agent probes 16 targets at a time
+        # The agent starts no connect after 20 s; one running then ends within its timeout.
         return await self._call(node, "POST", "/v1/probe/connect-many", ConnectManyResult, json=body,
-                                timeout=self.timeout + rounds * tries * timeout_s)
+                                timeout=self.timeout + 20.0 + min(timeout_s, 10.0))
 
     async def probe_listen(self, node: NodeRef, port: int, ttl_s: float = 10.0) -> AgentReply[ListenProbeResult]:
         """Ask ``node``'s agent to listen on ``port`` for ``ttl_s`` s; status_code 409 means the port is taken."""

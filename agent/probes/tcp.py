@@ -18,11 +18,14 @@ from shared.models import ConnectProbeResult, ListenProbeResult
 
 from ..settings import IpNetwork
 
-__all__ = ["connect", "connect_many", "CONNECT_MANY_PARALLEL", "target_refusal", "ListenerRegistry", "ListenError", "MAX_LISTENERS"]
+__all__ = ["connect", "connect_many", "CONNECT_MANY_BUDGET_S", "CONNECT_MANY_PARALLEL", "target_refusal", "ListenerRegistry", "ListenError", "MAX_LISTENERS"]
 
 CONNECT_MANY_PARALLEL = 16
 """Targets a batch connect probes at once: enough that 63 peers take a few round trips, few enough that
 a 64-node mesh (64 agents probing at once) never holds thousands of half-open sockets."""
+CONNECT_MANY_BUDGET_S = 20.0
+"""A batch starts no connect after this long (a try already running still ends within its timeout), so one
+request holds the agent at most this plus one timeout however many targets drop packets."""
 MAX_LISTENERS = 16
 """Temporary listeners one agent holds at once; more would let a caller exhaust descriptors."""
 
@@ -81,11 +84,17 @@ async def connect_many(targets: Sequence[tuple[str, int]], tries: int, timeout_s
     """:func:`connect` to every target, ``tries`` times each in sequence, :data:`CONNECT_MANY_PARALLEL` targets
     at once; per target the best time counts and the first failure ends its tries. Order as given."""
     gate = asyncio.Semaphore(CONNECT_MANY_PARALLEL)
+    deadline = time.monotonic() + CONNECT_MANY_BUDGET_S
 
     async def one(host: str, port: int) -> ConnectProbeResult:
         best: Optional[ConnectProbeResult] = None
         async with gate:
             for _ in range(tries):
+                if time.monotonic() > deadline:
+                    if best is not None:
+                        break
+                    return ConnectProbeResult(host=host, port=port, reachable=False,
+                                              error=f"not tried: the batch ran past {CONNECT_MANY_BUDGET_S:g} s (too many targets timing out)")
                 reply = await connect(host, port, timeout_s, allow=allow)
                 if not reply.reachable:
                     return reply
