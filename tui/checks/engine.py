@@ -142,9 +142,13 @@ async def run_checklist_full(
             report(f"ssh: {sum(1 for o in remote if o.ok)}/{len(remote)} logged in" + (f", {local} local" if local else ""), done, total)
         ctx = CheckContext(config, statuses, client, ssh=outcomes, options=options)
 
+        from tui.checks.mesh import MESH_READERS, mesh_allowance_s
+
+        mesh_extra = mesh_allowance_s(config, ctx.options)
+
         async def tracked(spec: CheckSpec) -> list[CheckResult]:
             nonlocal done
-            rows = await _run_one(spec, ctx, check_timeout_s)
+            rows = await _run_one(spec, ctx, check_timeout_s + (mesh_extra if spec.id in MESH_READERS else 0.0))
             done += 1
             report(spec.id, done, total)
             return rows

@@ -29,12 +29,24 @@ from shared.meshplan import Link, MeshMatrix, MeshRun
 from tui.checks import meshcache
 from tui.checks.base import CheckContext, CheckResult, Status, check, result
 
-__all__ = ["CONNECT_TRIES", "STREAM_SECONDS", "measure_mesh", "mesh_of", "mesh_rows", "mesh_run_of"]
+__all__ = ["CONNECT_TRIES", "MESH_READERS", "STREAM_SECONDS", "measure_mesh", "mesh_allowance_s", "mesh_of", "mesh_rows", "mesh_run_of"]
 
 CONNECT_TRIES = 3
 """Connects per direction; the best one counts (a busy controller or agent only ever adds time)."""
 STREAM_SECONDS = 0.5
 """Default seconds per bandwidth stream (option ``bandwidth_seconds``)."""
+
+
+MESH_READERS = ("net.mesh", "net.latency", "net.bandwidth", "net.sync")
+"""Checks that wait for the mesh: the engine gives them :func:`mesh_allowance_s` on top of its per-check limit."""
+
+
+def mesh_allowance_s(config: FtwizConfig, options: dict[str, Any]) -> float:
+    """Seconds a full mesh of ``config``'s nodes may take: each stream round at the stream length plus 1 s, plus
+    30 s for the connects (64 nodes: 63 rounds × 2 directions → about 220 s)."""
+    n = len(config.nodes)
+    rounds = n - 1 if n % 2 == 0 else n
+    return 2 * max(0, rounds) * (float(options.get("bandwidth_seconds", STREAM_SECONDS)) + 1.0) + 30.0
 
 
 async def measure_mesh(config: FtwizConfig, client: Any, up: set[str], *, stream_seconds: float = STREAM_SECONDS,
