@@ -82,26 +82,28 @@ async def connect(host: str, port: int, timeout_s: float, *, allow: Sequence[IpN
 async def connect_many(targets: Sequence[tuple[str, int]], tries: int, timeout_s: float, *,
                        allow: Sequence[IpNetwork] = ()) -> list[ConnectProbeResult]:
     """:func:`connect` to every target, ``tries`` times each in sequence, :data:`CONNECT_MANY_PARALLEL` targets
-    at once; per target the best time counts and the first failure ends its tries. Order as given."""
+    at once; per target the best answered try counts (a try that timed out is tried again: on a busy host
+    a handshake can miss one timeout), a refusal or a refused target ends its tries. Order as given."""
     gate = asyncio.Semaphore(CONNECT_MANY_PARALLEL)
     deadline = time.monotonic() + CONNECT_MANY_BUDGET_S
 
     async def one(host: str, port: int) -> ConnectProbeResult:
         best: Optional[ConnectProbeResult] = None
+        failed: Optional[ConnectProbeResult] = None
         async with gate:
             for _ in range(tries):
                 if time.monotonic() > deadline:
-                    if best is not None:
-                        break
-                    return ConnectProbeResult(host=host, port=port, reachable=False,
-                                              error=f"not tried: the batch ran past {CONNECT_MANY_BUDGET_S:g} s (too many targets timing out)")
+                    break
                 reply = await connect(host, port, timeout_s, allow=allow)
                 if not reply.reachable:
-                    return reply
-                if best is None or (reply.latency_ms or 0.0) < (best.latency_ms or 0.0):
+                    failed = reply
+                    if "no answer" not in (reply.error or ""):
+                        break  # refused, unresolvable or outside --probe-allow: trying again changes nothing
+                elif best is None or (reply.latency_ms or 0.0) < (best.latency_ms or 0.0):
                     best = reply
-        assert best is not None  # tries >= 1
-        return best
+        return best or failed or ConnectProbeResult(
+            host=host, port=port, reachable=False,
+            error=f"not tried: the batch ran past {CONNECT_MANY_BUDGET_S:g} s (too many targets timing out)")
 
     return list(await asyncio.gather(*(one(host, port) for host, port in targets)))
 
