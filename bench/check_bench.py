@@ -291,7 +291,8 @@ def _timed_check(path: Path, env: dict[str, str], *extra: str) -> dict:
     return {"wall": wall, "mode": mesh.get("mode"), "mesh_s": mesh.get("measured_s") or 0.0, "rounds": mesh.get("rounds"),
             "mesh_full_s": mesh.get("seconds"), "stream_s": mesh.get("stream_seconds"), "reason": mesh.get("reason"),
             "controller_cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
-            "floor": machine / (os.cpu_count() or 1), "failed": [c["id"] for c in doc.get("checks", []) if c["status"] == "fail"]}
+            "floor": machine / (os.cpu_count() or 1),
+            "mesh_errors": sum(1 for link in mesh.get("pairs", []) if link.get("error")), "failed": [c["id"] for c in doc.get("checks", []) if c["status"] == "fail"]}
 
 
 def _cluster_rows(n: int, repeats: int) -> list[dict]:
@@ -309,7 +310,8 @@ def _cluster_rows(n: int, repeats: int) -> list[dict]:
         full = _timed_check(path, env, "--mesh")
         rounds = int(full["rounds"] or 0)
         streams = 2 * rounds * float(full["stream_s"] or 0.5)
-        rows.append(_row(f"{n} nodes: ftwiz --check --mesh (full mesh, {rounds} rounds × 2 directions)", full["wall"],
+        rows.append(_row(f"{n} nodes: ftwiz --check --mesh (full mesh, {rounds} rounds × 2 directions, "
+                         f"{full['mesh_errors']} links failed)", full["wall"],
                          mesh_s=full["mesh_s"], mesh_share=round(full["mesh_s"] / full["wall"], 3)))
         rows.append(_row(f"{n} nodes: full mesh overhead per stream round beyond the {full['stream_s']} s stream",
                          (full["mesh_s"] - streams) / max(1, 2 * rounds), target="≤ 0.2 s"))
@@ -325,11 +327,12 @@ def _cluster_rows(n: int, repeats: int) -> list[dict]:
         target = {16: 5.0, 64: 15.0}.get(n)
         rows.append(_row(f"{n} nodes: ftwiz --check cold (agents just restarted), mesh {cold['mode']}", cold["wall"],
                          target=f"≤ {1.5 * target:g} s (1.5 × warm target)" if target else None,
-                         mesh_s=cold["mesh_s"], mesh_share=round(cold["mesh_s"] / cold["wall"], 3), failed=cold["failed"]))
+                         mesh_s=cold["mesh_s"], mesh_share=round(cold["mesh_s"] / cold["wall"], 3), failed=cold["failed"],
+                         mesh_errors=cold["mesh_errors"], reason=cold["reason"]))
         rows.append(_row(f"{n} nodes: ftwiz --check warm (median of {repeats}), mesh {warm[-1]['mode']}", median,
                          target=f"≤ {target:g} s" if target else None, samples=[round(w["wall"], 3) for w in warm],
                          mesh_s=warm[-1]["mesh_s"], mesh_share=round(warm[-1]["mesh_s"] / warm[-1]["wall"], 3),
-                         reason=warm[-1]["reason"]))
+                         reason=warm[-1]["reason"], mesh_errors=warm[-1]["mesh_errors"]))
         rows.append(_row(f"{n} nodes: cold / warm", cold["wall"] / median, unit="×", target="≤ 1.5"))
         rows.append(_row(f"{n} nodes: mesh share of a warm check (quick pass {warm[-1]['mesh_s']:.2f} s)",
                          warm[-1]["mesh_s"] / warm[-1]["wall"], unit=""))

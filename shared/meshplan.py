@@ -152,7 +152,8 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
 
     A link disagrees when the cache lacks it or has no figure for it, when it is unreachable now but
     was not then, or when its share of the pass's typical link moved beyond ``fraction`` of the cached
-    share (down; or up where the cache named it slow, i.e. it was fixed).
+    share: down, to where the pass itself names it slow (below :data:`SLOW_FRACTION` of its typical link),
+    or up where the cache named it slow (it was fixed).
     """
     typical_now, typical_then = quick.typical_gbit(), cached.typical_gbit()
     found: list[tuple[Link, Link | None]] = []
@@ -167,7 +168,8 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
             found.append((link, then))
             continue
         now_share, then_share = link.gbit_per_s / typical_now, then.gbit_per_s / typical_then
-        if now_share < fraction * then_share or (then_share < SLOW_FRACTION and now_share * fraction > then_share):
+        slower = now_share < fraction * then_share and now_share < SLOW_FRACTION  # and slow by this pass's own measure
+        if slower or (then_share < SLOW_FRACTION and now_share * fraction > then_share):
             found.append((link, then))
     return found
 
