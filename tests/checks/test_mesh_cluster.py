@@ -205,6 +205,7 @@ def test_quick_pass_names_a_node_shaped_after_a_clean_cached_mesh(make_cluster):
     names = [n.name for n in cluster.nodes]
     first = _run(config, ["net.mesh"])
     assert first.mesh_run.mode == "full" and "no full mesh cached" in first.mesh_run.reason
+    assert not [lk.error for lk in first.mesh.links if lk.error], first.mesh.model_dump()
     assert not _slow(first.mesh), first.mesh.model_dump()
 
     again = _run(config, ["net.mesh"])
