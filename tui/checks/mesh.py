@@ -65,8 +65,10 @@ async def measure_mesh(config: FtwizConfig, client: Any, up: set[str], *, stream
     async def latencies(a: str) -> None:
         peers = [b for b in live if b != a]
         targets = [(config.node(b).host, config.agent_port(config.node(b))) for b in peers]
-        reply = await client.probe_connect_many(a, targets, tries=CONNECT_TRIES, timeout_s=connect_timeout_s)
-        for i, b in enumerate(peers):
+        replies = [await client.probe_connect_many(a, targets[i:i + 100], tries=CONNECT_TRIES, timeout_s=connect_timeout_s)
+                   for i in range(0, len(targets), 100)]  # an agent takes 100 targets per request
+        for index, b in enumerate(peers):
+            reply, i = replies[index // 100], index % 100
             if not reply.ok:
                 links[(a, b)] = Link(src=a, dst=b, error=f"connect probe on {a} failed: {reply.error}")
                 continue
