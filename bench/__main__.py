@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("only", nargs="*", help="run only benchmarks whose module name contains one of these")
     parser.add_argument("--quick", action="store_true", help="shorter runs (fewer requests, shorter idle windows)")
+    parser.add_argument("--nodes", default="", metavar="N,M",
+                        help="check: namespace-cluster sizes to time ftwiz --check on (e.g. 16,64; needs root)")
     parser.add_argument("--out", default="bench-results/latest.json", help="where to write all rows as JSON")
     args = parser.parse_args(argv)
     rows: list[dict] = []

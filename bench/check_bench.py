@@ -13,6 +13,16 @@
   loopback whose agent is already running and has probed the real training interpreter.
 
 Targets (issue 3, section 8): 64 agents ≤ 0.5 s with ratio ≤ 3; --help ≤ 0.3 s; --check ≤ 2 s.
+
+- **ftwiz --check on namespace clusters** (``--nodes 16,64``; needs root; replaces the rows above): per
+  size, a cluster with sshd and an agent per node; once every agent has probed its training interpreter,
+  ``ftwiz --check --mesh`` measures and caches the full mesh (its time, rounds and the per-round overhead
+  beyond the streams); then the agents are restarted (fresh processes, fresh connections) and the first
+  default check is the *cold* one, the next ones *warm* (median). Each row carries the mesh's share of
+  the check (what the mesh measured this time over the wall time), the controller's CPU per check and
+  the CPU floor (every process's CPU on the machine during the check over the cores), and the agents'
+  idle CPU per agent afterwards. Targets (issue 22): 16 nodes ≤ 5 s warm, 64 ≤ 15 s, cold ≤ 1.5 × warm,
+  per-round overhead ≤ 0.2 s, idle CPU ≤ 0.5 % per agent.
 """
 
 from __future__ import annotations
@@ -219,9 +229,136 @@ def _check_rows(quick: bool) -> list[dict]:
              "baseline": None, "ratio": None, "target": "≤ 2 s"}]
 
 
+def _row(measure: str, value: float, unit: str = "s", target: Any = None, **extra: Any) -> dict:
+    return {"measure": measure, "value": round(value, 4), "unit": unit, "baseline": None, "ratio": None, "target": target, **extra}
+
+
+def _agent_cpu_s(cluster: Any) -> float:
+    """CPU seconds (user + system) the cluster's agent processes have spent so far."""
+    total = 0.0
+    for node in cluster.nodes:
+        proc = node._agent
+        if proc is None or proc.poll() is not None:
+            continue
+        try:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _wait_software(cluster: Any, timeout: float) -> float:
+    """Seconds until every agent's report carries the training interpreter's versions."""
+    started = time.monotonic()
+    pending = list(cluster.nodes)
+    while pending:
+        still = []
+        for node in pending:
+            try:
+                if not node.agent_get("/v1/report", timeout=10).get("software"):
+                    still.append(node)
+            except Exception:  # not answering yet counts as not probed yet
+                still.append(node)
+        pending = still
+        if pending and time.monotonic() - started > timeout:
+            raise RuntimeError(f"{len(pending)} agent(s) without a software probe after {timeout:.0f} s")
+        if pending:
+            time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def _timed_check(path: Path, env: dict[str, str], *extra: str) -> dict:
+    """One ``ftwiz --check --json`` in a fresh process: wall, mesh figures, controller CPU, machine CPU floor."""
+    import json
+    import resource
+
+    from bench.cpu import machine_busy_s
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    machine = machine_busy_s()
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tui.cli", "--config", str(path), "--check", "--json", *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    machine = machine_busy_s() - machine
+    try:
+        doc = json.loads(done.stdout)
+    except ValueError:
+        raise RuntimeError(f"ftwiz --check printed no JSON (exit {done.returncode}): {done.stderr[-2000:]}") from None
+    mesh = doc.get("mesh") or {}
+    return {"wall": wall, "mode": mesh.get("mode"), "mesh_s": mesh.get("measured_s") or 0.0, "rounds": mesh.get("rounds"),
+            "mesh_full_s": mesh.get("seconds"), "stream_s": mesh.get("stream_seconds"), "reason": mesh.get("reason"),
+            "controller_cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+            "floor": machine / (os.cpu_count() or 1),
+            "mesh_errors": sum(1 for link in mesh.get("pairs", []) if link.get("error")), "failed": [c["id"] for c in doc.get("checks", []) if c["status"] == "fail"]}
+
+
+def _cluster_rows(n: int, repeats: int) -> list[dict]:
+    from tests.cluster import Cluster
+
+    started = time.monotonic()
+    cluster = Cluster.create(n, timeout=max(90.0, 3.0 * n))
+    rows: list[dict] = []
+    try:
+        print(f"   {n} nodes built in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+        rows.append(_row(f"{n} nodes: agents' start-up software probe (all {n} import torch on this machine's cores)",
+                         _wait_software(cluster, timeout=60.0 + 10.0 * n)))
+        path = cluster.write_config(cluster.tmpdir / "ftwiz.toml", workload="allreduce")
+        env = {**_env(), "XDG_CACHE_HOME": str(cluster.tmpdir / "cache")}
+        full = _timed_check(path, env, "--mesh")
+        rounds = int(full["rounds"] or 0)
+        streams = 2 * rounds * float(full["stream_s"] or 0.5)
+        rows.append(_row(f"{n} nodes: ftwiz --check --mesh (full mesh, {rounds} rounds × 2 directions, "
+                         f"{full['mesh_errors']} links failed)", full["wall"],
+                         mesh_s=full["mesh_s"], mesh_share=round(full["mesh_s"] / full["wall"], 3)))
+        rows.append(_row(f"{n} nodes: full mesh overhead per stream round beyond the {full['stream_s']} s stream",
+                         (full["mesh_s"] - streams) / max(1, 2 * rounds), target="≤ 0.2 s"))
+        for node in cluster.nodes:  # cold: fresh agent processes, nothing connected, nothing answered yet
+            node.stop_agent()
+        for node in cluster.nodes:
+            node.start_agent(wait=False)
+        cluster._wait(cluster.nodes, what="agent", timeout=max(90.0, 3.0 * n))
+        _wait_software(cluster, timeout=60.0 + 10.0 * n)
+        cold = _timed_check(path, env)
+        warm = [_timed_check(path, env) for _ in range(repeats)]
+        median = statistics.median(w["wall"] for w in warm)
+        target = {16: 5.0, 64: 15.0}.get(n)
+        rows.append(_row(f"{n} nodes: ftwiz --check cold (agents just restarted), mesh {cold['mode']}", cold["wall"],
+                         target=f"≤ {1.5 * target:g} s (1.5 × warm target)" if target else None,
+                         mesh_s=cold["mesh_s"], mesh_share=round(cold["mesh_s"] / cold["wall"], 3), failed=cold["failed"],
+                         mesh_errors=cold["mesh_errors"], reason=cold["reason"]))
+        rows.append(_row(f"{n} nodes: ftwiz --check warm (median of {repeats}), mesh {warm[-1]['mode']}", median,
+                         target=f"≤ {target:g} s" if target else None, samples=[round(w["wall"], 3) for w in warm],
+                         mesh_s=warm[-1]["mesh_s"], mesh_share=round(warm[-1]["mesh_s"] / warm[-1]["wall"], 3),
+                         reason=warm[-1]["reason"], mesh_errors=warm[-1]["mesh_errors"]))
+        rows.append(_row(f"{n} nodes: cold / warm", cold["wall"] / median, unit="×", target="≤ 1.5"))
+        rows.append(_row(f"{n} nodes: mesh share of a warm check (quick pass {warm[-1]['mesh_s']:.2f} s)",
+                         warm[-1]["mesh_s"] / warm[-1]["wall"], unit=""))
+        rows.append(_row(f"{n} nodes: controller CPU per warm check", statistics.median(w["controller_cpu"] for w in warm)))
+        rows.append(_row(f"{n} nodes: CPU floor of a warm check (all processes' CPU / {os.cpu_count()} cores)",
+                         statistics.median(w["floor"] for w in warm)))
+        idle_s = 10.0
+        before = _agent_cpu_s(cluster)
+        time.sleep(idle_s)
+        rows.append(_row(f"{n} nodes: idle CPU per agent (over {idle_s:g} s, {n} agents on this machine)",
+                         100.0 * (_agent_cpu_s(cluster) - before) / idle_s / n, unit="%", target="≤ 0.5 %"))
+        rows.append(_row("load average (1 min) after the checks", os.getloadavg()[0], unit=""))
+    finally:
+        cluster.close()
+    return rows
+
+
 def run(args: Any) -> list[dict]:
-    """All checklist benchmark rows (``args.quick`` shortens the repetitions)."""
+    """All checklist benchmark rows (``args.quick`` shortens the repetitions; ``args.nodes``: namespace clusters only)."""
     quick = bool(getattr(args, "quick", False))
+    sizes = [int(x) for x in str(getattr(args, "nodes", "") or "").split(",") if x.strip()]
+    if sizes:
+        rows: list[dict] = []
+        for n in sizes:
+            rows += _cluster_rows(n, repeats=2 if quick else 3)
+        return rows
     return _help_rows(quick) + _check_rows(quick) + _poll_rows(quick)
 
 

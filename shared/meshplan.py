@@ -6,7 +6,13 @@ the rounds :func:`round_robin` gives and fills a :class:`MeshMatrix`; :func:`slo
 
 Scheduling is the circle method of a round-robin tournament: with N nodes (plus a "bye" when N is odd)
 there are N−1 rounds (N rounds when odd) in which every node is in at most one pair, and every pair
-meets exactly once, so no two streams of a round share a node's link.
+meets exactly once, so no two streams of a round share a node's link (each pair's two directions stream
+one after the other).
+
+The quick pass (:func:`ring_rounds`) streams around a ring in both directions, two rounds whatever N,
+each node sending one stream and receiving another at once (links are full duplex): each node's link is
+measured sending and receiving twice, against two different peers, which is what
+names a slow node; :func:`disagreements` says when it no longer matches the cached full matrix.
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "DISAGREE_FRACTION",
     "MAX_LATENCY_MS",
+    "MeshRun",
+    "disagreements",
+    "ring_rounds",
     "SLOW_FRACTION",
     "Link",
     "MeshMatrix",
@@ -34,6 +44,14 @@ while streams over healthy links on a busy host vary by up to 3x (measured here 
 1.6-4.5 Gbit/s between unshaped pairs of one mesh), so half would name healthy links."""
 MAX_LATENCY_MS = 10.0
 """TCP connect time above which a pair is named: a LAN answers in well under a millisecond."""
+
+
+DISAGREE_FRACTION = 0.3
+"""A link of the quick pass disagrees with the cached full matrix when its share of its own pass's typical
+link is below this fraction of the cached share (or above its inverse where the cache had it slow).
+Shares, not Gbit/s: the quick pass runs N streams at once where the full mesh ran N as well, but other
+work on the hosts moves every figure together; healthy links here vary up to 3x between passes, so
+only a change beyond that is a disagreement (a node shaped to 50 Mbit/s falls to a few percent)."""
 
 
 class Link(BaseModel):
@@ -54,6 +72,7 @@ class MeshMatrix(BaseModel):
     rounds: int = Field(0, description="Rounds of disjoint pairs the measurement took.")
     seconds: float = Field(0.0, description="Wall time of the whole mesh measurement.")
     stream_seconds: float = Field(0.0, description="Seconds each bandwidth stream ran.")
+    measured_at: float = Field(0.0, description="Unix time the measurement ended (the cached matrix's age).")
 
     def link(self, src: str, dst: str) -> Link | None:
         """The ``src → dst`` measurement, or None when it was not taken."""
@@ -109,6 +128,61 @@ def round_robin(names: Sequence[str]) -> list[list[tuple[str, str]]]:
         rounds.append(pairs)
         players = [players[0], players[-1], *players[1:-1]]  # keep the first, rotate the rest
     return rounds
+
+
+def ring_rounds(names: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """Two rounds of directed streams around the ring: every node to the next, then every node to the previous.
+
+    >>> ring_rounds(["a", "b", "c"])
+    [[('a', 'b'), ('b', 'c'), ('c', 'a')], [('b', 'a'), ('c', 'b'), ('a', 'c')]]
+    >>> ring_rounds(["a", "b"])
+    [[('a', 'b'), ('b', 'a')]]
+    """
+    n = len(names)
+    if n < 2:
+        return []
+    forward = [(names[i], names[(i + 1) % n]) for i in range(n)]
+    if n == 2:
+        return [forward]
+    return [forward, [(b, a) for a, b in forward]]
+
+
+def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAGREE_FRACTION) -> list[tuple[Link, Link | None]]:
+    """``(quick link, cached link)`` for each streamed link of ``quick`` that the cached matrix does not match.
+
+    A link disagrees when the cache lacks it or has no figure for it, when it is unreachable now but
+    was not then, or when its share of the pass's typical link moved beyond ``fraction`` of the cached
+    share: down, to where the pass itself names it slow (below :data:`SLOW_FRACTION` of its typical link),
+    or up where the cache named it slow (it was fixed).
+    """
+    typical_now, typical_then = quick.typical_gbit(), cached.typical_gbit()
+    found: list[tuple[Link, Link | None]] = []
+    for link in quick.links:
+        then = cached.link(link.src, link.dst)
+        if link.error and (then is None or not then.error):
+            found.append((link, then))
+            continue
+        if link.gbit_per_s is None:
+            continue
+        if then is None or then.gbit_per_s is None or not typical_now or not typical_then:
+            found.append((link, then))
+            continue
+        now_share, then_share = link.gbit_per_s / typical_now, then.gbit_per_s / typical_then
+        slower = now_share < fraction * then_share and now_share < SLOW_FRACTION  # and slow by this pass's own measure
+        if slower or (then_share < SLOW_FRACTION and now_share * fraction > then_share):
+            found.append((link, then))
+    return found
+
+
+class MeshRun(BaseModel):
+    """What the checklist did about the mesh this time: the quick pass against the cache, or the full mesh."""
+
+    mode: str = Field(description="'full' (every pair streamed this time) or 'quick' (ring streams and all-pairs connects).")
+    age_s: float = Field(description="Age of the full matrix the checklist reports, seconds (0 when measured now).")
+    reason: str = Field(description="Why this mode: no cached matrix, too old, --mesh, the quick pass disagreed, or agreed.")
+    pairs: list[Link] = Field(default_factory=list, description="The links measured this time (connects and streams).")
+    quick: MeshMatrix | None = Field(None, description="The quick pass, when one ran.")
+    seconds: float = Field(0.0, description="Wall time of everything measured this time.")
 
 
 def slow_links(mesh: MeshMatrix, fraction: float = SLOW_FRACTION) -> list[Link]:

@@ -7,9 +7,9 @@ marks a node whose major schema differs as *incompatible* instead of misreading 
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SCHEMA_VERSION = "1.0"
 """Major.minor of the wire schema. A different major is incompatible."""
@@ -197,6 +197,38 @@ class ConnectProbeResult(_Model):
     latency_ms: Optional[float] = Field(None, description="Handshake time in milliseconds.")
     resolved: Optional[str] = Field(None, description="The address the host resolved to on this node.")
     error: Optional[str] = Field(None, description="Why it failed: refused, timed out, unresolvable.")
+
+
+class ConnectTarget(_Model):
+    """One address of a batch connect probe (a nested ``"port": true`` or ``"80"`` is bad input, not 1 or 80)."""
+
+    model_config = ConfigDict(extra="forbid")
+    host: str = Field(min_length=1, max_length=253, pattern=r"^[!-~]+$",
+                      description="Host name or address to connect to (printable ASCII, no spaces).")
+    port: int = Field(ge=1, le=65535, description="TCP port.")
+
+    @field_validator("port", mode="before")
+    @classmethod
+    def _number_only(cls, value: Any) -> Any:
+        if isinstance(value, (bool, str)):
+            raise ValueError("port must be a number, not a boolean or a string")
+        return value
+
+
+class ConnectManyRequest(_Model):
+    """``POST /v1/probe/connect-many``: TCP connects from this node to many peers (the mesh's all-pairs latency)."""
+
+    model_config = ConfigDict(extra="forbid")
+    targets: list[ConnectTarget] = Field(min_length=1, max_length=100,
+                                         description="Peers to connect to (at most 100: the body stays under the agent's 64 KiB limit).")
+    tries: int = Field(3, ge=1, le=5, description="Connects per target, one after the other; the best time counts.")
+    timeout_s: float = Field(3.0, gt=0, le=10, description="Connect timeout in seconds per try (at most 10).")
+
+
+class ConnectManyResult(_Model):
+    """One :class:`ConnectProbeResult` per target, in the request's order (``latency_ms`` the best of the tries)."""
+
+    results: list[ConnectProbeResult]
 
 
 class ListenProbeRequest(_Model):

@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     actions.add_argument("--why-log", nargs="+", metavar="FILE", help="diagnose log files (a file named NODE.log is that node's log)")
     parser.add_argument("--json", action="store_true", help="with --check, --why or --why-log: print JSON on stdout")
     parser.add_argument("--no-ssh", action="store_true", help="with --check: skip the SSH logins (and the checks that need them)")
+    parser.add_argument("--mesh", action="store_true",
+                        help="with --check: measure every pair's bandwidth now (default: a quick pass against the cached full mesh)")
     parser.add_argument("--yes", "-y", action="store_true", help="with --launch: do not ask for confirmation")
     parser.add_argument("--detach", action="store_true", help="with --launch: start the run and return")
     parser.add_argument("--resume", action="store_true", help="with --launch: resume from the latest checkpoint")
@@ -84,6 +86,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--json only goes with --check, --why or --why-log")
     if args.no_ssh and not args.check:
         parser.error("--no-ssh only goes with --check")
+    if args.mesh and not args.check:
+        parser.error("--mesh only goes with --check")
     if why:
         from tui.doctor.cli import why_main
 
@@ -112,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         with _local_agent(loaded.config):
             if args.check:
-                return _check(loaded, json_output=args.json, ssh=not args.no_ssh)
+                return _check(loaded, json_output=args.json, ssh=not args.no_ssh, full_mesh=args.mesh)
             if args.launch or args.attach is not None or args.stop:
                 return _delegate(args, loaded)
             return _app(loaded)
@@ -165,7 +169,7 @@ class _local_agent:
 # --------------------------------------------------------------------------- --check
 
 
-def _check(loaded: Any, *, json_output: bool, ssh: bool) -> int:
+def _check(loaded: Any, *, json_output: bool, ssh: bool, full_mesh: bool = False) -> int:
     import asyncio
 
     from tui.checks.engine import run_checklist_full
@@ -175,7 +179,8 @@ def _check(loaded: Any, *, json_output: bool, ssh: bool) -> int:
 
         return check_on_allocation(loaded, show=lambda shown, run: _show(shown, run, json_output=json_output))
     progress = _Progress(sys.stderr)
-    run = asyncio.run(run_checklist_full(loaded.config, progress=progress, ssh=ssh))
+    options = {"mesh": "full"} if full_mesh else None
+    run = asyncio.run(run_checklist_full(loaded.config, progress=progress, ssh=ssh, options=options))
     progress.finish(run)
     return _show(loaded, run, json_output=json_output)
 
@@ -226,7 +231,7 @@ def _network_json(run: Any) -> dict[str, Any]:
 
     extra: dict[str, Any] = {}
     if getattr(run, "mesh", None) is not None:
-        extra["mesh"] = mesh_json(run.mesh)
+        extra["mesh"] = mesh_json(run.mesh, getattr(run, "mesh_run", None))
     if getattr(run, "sync", None) is not None:
         extra["sync"] = sync_json(run.sync)
     return extra

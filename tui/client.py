@@ -31,6 +31,7 @@ from shared.config import FtwizConfig, NodeConfig
 from shared.models import (
     SCHEMA_VERSION,
     BandwidthProbeResult,
+    ConnectManyResult,
     ConnectProbeResult,
     Health,
     KernelOomRecord,
@@ -367,6 +368,14 @@ class AgentClient:
         """Ask ``node``'s agent to open a TCP connection to ``host:port`` (the agent caps timeout_s at 10)."""
         body = {"host": host, "port": port, "timeout_s": min(timeout_s, 10.0)}
         return await self._call(node, "POST", "/v1/probe/connect", ConnectProbeResult, json=body, timeout=self.timeout + timeout_s)
+
+    async def probe_connect_many(self, node: NodeRef, targets: list[tuple[str, int]], *, tries: int = 3,
+                                 timeout_s: float = 3.0) -> AgentReply[ConnectManyResult]:
+        """Ask ``node``'s agent to connect to every ``(host, port)``, best of ``tries`` each (one request)."""
+        body = {"targets": [{"host": h, "port": p} for h, p in targets], "tries": tries, "timeout_s": min(timeout_s, 10.0)}
+        # The agent starts no connect after 20 s; one running then ends within its timeout.
+        return await self._call(node, "POST", "/v1/probe/connect-many", ConnectManyResult, json=body,
+                                timeout=self.timeout + 20.0 + min(timeout_s, 10.0))
 
     async def probe_listen(self, node: NodeRef, port: int, ttl_s: float = 10.0) -> AgentReply[ListenProbeResult]:
         """Ask ``node``'s agent to listen on ``port`` for ``ttl_s`` s; status_code 409 means the port is taken."""

@@ -18,8 +18,14 @@ from shared.models import ConnectProbeResult, ListenProbeResult
 
 from ..settings import IpNetwork
 
-__all__ = ["connect", "target_refusal", "ListenerRegistry", "ListenError", "MAX_LISTENERS"]
+__all__ = ["connect", "connect_many", "CONNECT_MANY_BUDGET_S", "CONNECT_MANY_PARALLEL", "target_refusal", "ListenerRegistry", "ListenError", "MAX_LISTENERS"]
 
+CONNECT_MANY_PARALLEL = 16
+"""Targets a batch connect probes at once: enough that 63 peers take a few round trips, few enough that
+a 64-node mesh (64 agents probing at once) never holds thousands of half-open sockets."""
+CONNECT_MANY_BUDGET_S = 20.0
+"""A batch starts no connect after this long (a try already running still ends within its timeout), so one
+request holds the agent at most this plus one timeout however many targets drop packets."""
 MAX_LISTENERS = 16
 """Temporary listeners one agent holds at once; more would let a caller exhaust descriptors."""
 
@@ -71,6 +77,35 @@ async def connect(host: str, port: int, timeout_s: float, *, allow: Sequence[IpN
     except (OSError, asyncio.TimeoutError):
         pass
     return ConnectProbeResult(host=host, port=port, reachable=True, latency_ms=round(latency_ms, 3), resolved=resolved)
+
+
+async def connect_many(targets: Sequence[tuple[str, int]], tries: int, timeout_s: float, *,
+                       allow: Sequence[IpNetwork] = ()) -> list[ConnectProbeResult]:
+    """:func:`connect` to every target, ``tries`` times each in sequence, :data:`CONNECT_MANY_PARALLEL` targets
+    at once; per target the best answered try counts (a try that timed out is tried again: on a busy host
+    a handshake can miss one timeout), a refusal or a refused target ends its tries. Order as given."""
+    gate = asyncio.Semaphore(CONNECT_MANY_PARALLEL)
+    deadline = time.monotonic() + CONNECT_MANY_BUDGET_S
+
+    async def one(host: str, port: int) -> ConnectProbeResult:
+        best: Optional[ConnectProbeResult] = None
+        failed: Optional[ConnectProbeResult] = None
+        async with gate:
+            for _ in range(tries):
+                if time.monotonic() > deadline:
+                    break
+                reply = await connect(host, port, timeout_s, allow=allow)
+                if not reply.reachable:
+                    failed = reply
+                    if "no answer" not in (reply.error or ""):
+                        break  # refused, unresolvable or outside --probe-allow: trying again changes nothing
+                elif best is None or (reply.latency_ms or 0.0) < (best.latency_ms or 0.0):
+                    best = reply
+        return best or failed or ConnectProbeResult(
+            host=host, port=port, reachable=False,
+            error=f"not tried: the batch ran past {CONNECT_MANY_BUDGET_S:g} s (too many targets timing out)")
+
+    return list(await asyncio.gather(*(one(host, port) for host, port in targets)))
 
 
 class ListenError(Exception):

@@ -1,10 +1,12 @@
-"""``POST /v1/probe/{connect,listen,bandwidth}``, ``DELETE /v1/probe/listen/{port}``: network checks run from this node."""
+"""``POST /v1/probe/{connect,connect-many,listen,bandwidth}``, ``DELETE /v1/probe/listen/{port}``: network checks run from this node."""
 
 from fastapi import APIRouter, Depends, HTTPException, Path
 
 from shared.models import (
     BandwidthProbeRequest,
     BandwidthProbeResult,
+    ConnectManyRequest,
+    ConnectManyResult,
     ConnectProbeRequest,
     ConnectProbeResult,
     ErrorBody,
@@ -24,6 +26,14 @@ router = APIRouter(prefix="/v1/probe", tags=["probes"], responses=TOO_LARGE)
 async def connect(body: ConnectProbeRequest, state: AgentState = Depends(get_state)) -> ConnectProbeResult:
     """Whether ``host:port`` accepts a TCP connection from here, and how fast."""
     return await tcp.connect(body.host, body.port, body.timeout_s, allow=state.settings.probe_allow)
+
+
+@router.post("/connect-many", response_model=ConnectManyResult, summary="TCP connects from this node to many peers",
+             dependencies=[Depends(no_coercion(ConnectManyRequest))])
+async def connect_many(body: ConnectManyRequest, state: AgentState = Depends(get_state)) -> ConnectManyResult:
+    """Each target's best connect time of ``tries`` (one request per node for the mesh's all-pairs latency)."""
+    targets = [(t.host, t.port) for t in body.targets]
+    return ConnectManyResult(results=await tcp.connect_many(targets, body.tries, body.timeout_s, allow=state.settings.probe_allow))
 
 
 @router.post(

@@ -18,6 +18,7 @@ def route_requests(agent: AgentProcess) -> dict[tuple[str, str], dict]:
         ("POST", "/v1/refresh"): {},
         ("GET", "/metrics"): {},
         ("POST", "/v1/probe/connect"): {"json": {"host": "127.0.0.1", "port": agent.port, "timeout_s": 2}},
+        ("POST", "/v1/probe/connect-many"): {"json": {"targets": [{"host": "127.0.0.1", "port": agent.port}], "tries": 1}},
         ("POST", "/v1/probe/listen"): {"json": {"port": free_port(), "ttl_s": 1}},
         ("DELETE", "/v1/probe/listen/{port}"): {"path": f"/v1/probe/listen/{held}", "listen_first": held},
         ("POST", "/v1/probe/bandwidth"): {"json": {"peer_url": agent.url, "seconds": 0.2}},

@@ -10,7 +10,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from shared.models import BandwidthProbeResult, ConnectProbeResult, ListenProbeResult, SinkResult
+from shared.models import BandwidthProbeResult, ConnectManyResult, ConnectProbeResult, ListenProbeResult, SinkResult
 
 from .conftest import AgentProcess, free_port
 
@@ -44,6 +44,18 @@ def test_connect_refused_is_a_value(client: httpx.Client) -> None:
 def test_connect_resolves_names(client: httpx.Client, agent: AgentProcess) -> None:
     result = connect(client, agent.port, host="localhost")
     assert result.reachable and result.resolved in ("127.0.0.1", "::1")
+
+
+def test_connect_many_answers_every_target_in_order(client: httpx.Client, agent: AgentProcess) -> None:
+    closed = free_port()
+    targets = [{"host": "127.0.0.1", "port": agent.port}, {"host": "127.0.0.1", "port": closed}] * 20
+    response = client.post("/v1/probe/connect-many", json={"targets": targets, "tries": 2, "timeout_s": 2})
+    assert response.status_code == 200, response.text
+    results = ConnectManyResult.model_validate_json(response.content).results
+    assert [r.port for r in results] == [t["port"] for t in targets]
+    assert all(r.reachable and r.latency_ms is not None for r in results[::2])
+    assert all(not r.reachable and "refused" in (r.error or "") for r in results[1::2])
+    assert client.post("/v1/probe/connect-many", json={"targets": [], "tries": 1}).status_code == 422
 
 
 def test_listen_then_connect_counts_the_peer(client: httpx.Client) -> None:

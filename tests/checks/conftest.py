@@ -131,3 +131,11 @@ def fresh3(cluster3):
     MTU fix made by the heal is visible in the reports)."""
     wait_fresh(cluster3, time.time())
     return cluster3
+
+
+@pytest.fixture(autouse=True)
+def _mesh_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every checklist test keeps the cached full mesh (``tui/checks/meshcache.py``) in a temp dir of its own."""
+    path = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(path))
+    return path

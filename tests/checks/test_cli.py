@@ -36,7 +36,7 @@ def test_help_imports_nothing_heavy():
     assert "HEAVY=\n" in res.stdout and "--check" in res.stdout and "exit codes" in res.stdout
 
 
-@pytest.mark.parametrize("args", [["--json"], ["--check", "--launch"], ["--yes", "--check"], ["--bogus"], ["--stop"]])
+@pytest.mark.parametrize("args", [["--json"], ["--check", "--launch"], ["--yes", "--check"], ["--bogus"], ["--stop"], ["--mesh"]])
 def test_usage_errors_exit_2(args):
     res = ftwiz(*args)
     assert res.returncode == 2 and "usage: ftwiz" in res.stderr

@@ -196,3 +196,46 @@ def test_forecast_follows_the_measured_sync_of_a_full_finetune(cluster, tmp_path
         print(f"{mbit:>11} | {gbit:>11.4f} | {predicted:>15.3f} | {measured:>15.3f} | {measured / predicted:.2f}")
     for _, _, predicted, measured in table:
         assert 0.7 * predicted <= measured <= 1.3 * predicted, table
+
+
+def test_quick_pass_names_a_node_shaped_after_a_clean_cached_mesh(make_cluster):
+    """The default check streams only the ring; a node slowed to 50 Mbit/s after a clean full mesh is still named."""
+    cluster = make_cluster(4, sshd=False)
+    config = cluster.config(workload="allreduce")
+    names = [n.name for n in cluster.nodes]
+    first = _run(config, ["net.mesh"])
+    assert first.mesh_run.mode == "full" and "no full mesh cached" in first.mesh_run.reason
+    assert not [lk.error for lk in first.mesh.links if lk.error], first.mesh.model_dump()
+    assert not _slow(first.mesh), first.mesh.model_dump()
+
+    again = _run(config, ["net.mesh"])
+    run = again.mesh_run
+    assert run.mode == "quick", run.reason
+    streamed = {(lk.src, lk.dst) for lk in run.pairs if lk.gbit_per_s is not None}
+    assert streamed == {p for r in meshplan_ring(names) for p in r}
+    assert sum(1 for lk in run.pairs if lk.latency_ms is not None) == 12  # every ordered pair connected
+    assert [r.status for r in again.results if r.id == "net.mesh"] == ["pass"], again.results
+
+    try:
+        shaping.shape_node(cluster.node("node2"), 50)
+        slowed = _run(config, ["net.mesh"])
+        still = _run(config, ["net.mesh"])  # the cache now holds the slow node: the quick pass agrees and names it
+    finally:
+        shaping.clear(cluster.nodes)
+    assert still.mesh_run.mode == "quick", still.mesh_run.reason
+    assert [r for r in still.results if r.id == "net.mesh" and r.node == "node2" and "node2 is slow" in r.detail], still.results
+    run = slowed.mesh_run
+    assert run.quick is not None  # the quick pass ran first and disagreed with the cache
+    quick_slow = {(lk.src, lk.dst) for lk in _slow(run.quick)}
+    assert quick_slow and all("node2" in pair for pair in quick_slow), run.quick.model_dump()
+    assert run.mode == "full" and "disagrees" in run.reason, run.reason
+    rows = [r for r in slowed.results if r.id == "net.mesh"]
+    assert rows[0].status == "warn"
+    (culprit,) = [r for r in rows if r.node == "node2"]
+    assert "every link both directions at node2 is slow" in culprit.detail, rows
+
+
+def meshplan_ring(names):
+    from shared import meshplan
+
+    return meshplan.ring_rounds(names)

@@ -174,6 +174,7 @@ class Cluster:
 
     def _build(self, n: int, *, agent: bool, sshd: bool, per_node_workdir: bool, timeout: float, t0: float) -> None:
         prefix = self.subnet.prefixlen
+        net.ensure_neighbour_room(n * n)  # every node resolves every peer, the controller every node
         net.create_bridge(self.bridge, self.bridge_address, prefix)
         for i in range(n):
             sysdir = self.tmpdir / f"node{i}"

@@ -81,3 +81,30 @@ def create_node_link(netns: str, host_veth: str, bridge: str, address: str, pref
     ip("addr", "add", f"{address}/{prefixlen}", "dev", iface, netns=netns)
     ip("link", "set", iface, "up", netns=netns)
     ip("link", "set", "lo", "up", netns=netns)
+
+
+NEIGH_SYSCTL = "/proc/sys/net/ipv4/neigh/default/gc_thresh{}"
+
+
+def ensure_neighbour_room(entries: int) -> list[str]:
+    """Raise the kernel's ARP table limits (never lower them) so ``entries`` more neighbours fit.
+
+    The IPv4 neighbour table is one table for every namespace of the machine, with a hard limit of
+    ``gc_thresh3`` (1024 by default): a 64-node mesh has every node resolve its 63 peers, 4032 entries,
+    and past the limit the kernel drops packets ("neighbor table overflow" in dmesg), so most of the
+    mesh's connects time out. Returns what was changed.
+    """
+    changed = []
+    want = {1: 1024, 2: 4 * (entries + 1024), 3: 8 * (entries + 1024)}
+    for index, value in want.items():
+        path = NEIGH_SYSCTL.format(index)
+        try:
+            with open(path) as handle:
+                current = int(handle.read().strip())
+            if current < value:
+                with open(path, "w") as handle:
+                    handle.write(str(value))
+                changed.append(f"gc_thresh{index} {current} -> {value}")
+        except (OSError, ValueError):
+            continue
+    return changed

@@ -7,6 +7,7 @@ the engine, keeps its results for the screen, and answers "may we launch?" from 
 
 from __future__ import annotations
 
+import time
 from typing import Any, Awaitable, Callable, Optional
 
 from rich.text import Text
@@ -44,6 +45,12 @@ class ChecklistState:
         """The last checklist run (its rows and forecast go into the record of a launch that follows it)."""
         self.mesh: Optional[Any] = None
         """The full mesh (``shared.meshplan.MeshMatrix``) of the last run that measured it."""
+        self.mesh_run: Optional[Any] = None
+        """What that run measured (``shared.meshplan.MeshRun``: quick pass or full mesh, the matrix's age)."""
+        self.mesh_since: Optional[float] = None
+        """Monotonic time ``mesh_run`` arrived (its age grows from there)."""
+        self.mesh_refreshing = False
+        """The full mesh is being measured in the background."""
         """Runs finished (full or one check), for anyone waiting on the next one."""
         self.override = False
         """The user allowed a launch despite failed checks (reset by every full run)."""
@@ -106,6 +113,32 @@ class ChecklistState:
             text.append("  ready to launch (l)", style=f"bold {palette.ok}")
         return text
 
+    def mesh_age_s(self) -> Optional[float]:
+        """Seconds since the shown full matrix was measured (None without one)."""
+        if self.mesh_run is None or self.mesh_since is None:
+            return None
+        return float(self.mesh_run.age_s) + time.monotonic() - self.mesh_since
+
+    def wants_full_mesh(self) -> bool:
+        """The last run reported the cached matrix after a quick pass: measure the full mesh in the background."""
+        return self.mesh_run is not None and self.mesh_run.mode == "quick" and not self.mesh_refreshing
+
+    async def refresh_mesh(self, config: FtwizConfig, engine: Callable[[FtwizConfig], Awaitable[Any]],
+                           on_change: Callable[[], None]) -> None:
+        """Measure every pair now (``engine`` runs ``net.mesh`` with ``mesh="full"``); keep the rows, update the matrix."""
+        self.mesh_refreshing = True
+        on_change()
+        try:
+            checked = await engine(config)
+        except Exception:  # a failed background mesh leaves the shown (cached) one in place
+            return
+        finally:
+            self.mesh_refreshing = False
+            on_change()
+        if getattr(checked, "mesh", None) is not None and getattr(checked, "mesh_run", None) is not None:
+            self.mesh, self.mesh_run, self.mesh_since = checked.mesh, checked.mesh_run, time.monotonic()
+            on_change()
+
     async def run(self, config: FtwizConfig, engine: ChecklistEngine, *, only: Optional[str],
                   on_change: Callable[[], None]) -> None:
         """Run every check (or just ``only``) over ``config`` through ``engine``; ``on_change`` redraws as they finish."""
@@ -134,6 +167,8 @@ class ChecklistState:
         self.statuses = dict(checked.statuses) or self.statuses
         self.listener_until = getattr(checked, "rendezvous_listener_until", None) or self.listener_until
         self.mesh = getattr(checked, "mesh", None) or self.mesh
+        if getattr(checked, "mesh_run", None) is not None:
+            self.mesh_run, self.mesh_since = checked.mesh_run, time.monotonic()
         self.sync = getattr(checked, "sync", None) or self.sync
         self.results_run = checked
         if only is None:

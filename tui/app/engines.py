@@ -62,6 +62,14 @@ async def run_checks(
     return await runner(config, client=app.client, progress=on_progress, only=[only] if only else None, **extra)
 
 
+async def run_full_mesh(app: "Wizard", config: FtwizConfig) -> Any:
+    """``net.mesh`` alone with every pair streamed now (the wizard's background refresh of the cached matrix)."""
+    from tui.checks.engine import run_checklist_full
+
+    runner = app.engines.get("run_checklist", run_checklist_full)
+    return await runner(config, client=app.client, only=["net.mesh"], options={"mesh": "full"})
+
+
 @dataclass
 class JobPlan:
     """What the Job step draws: the estimate's items, a bar per GPU, and the routing advice."""

@@ -71,6 +71,8 @@ class ChecklistRun:
     firewall test; a launch right after the check should wait until then (plus clock skew)."""
     mesh: Optional[Any] = None
     """The full mesh (:class:`shared.meshplan.MeshMatrix`) when ``net.mesh`` measured it."""
+    mesh_run: Optional[Any] = None
+    """What the mesh check measured this time (:class:`shared.meshplan.MeshRun`: quick pass or full mesh, age)."""
     sync: Optional[Any] = None
     """The gradient-sync forecast (:class:`shared.syncplan.SyncForecast`) when ``net.sync`` made one."""
 
@@ -100,7 +102,8 @@ async def run_checklist_full(
     ``client`` is an :class:`tui.client.AgentClient` to reuse (one is made and closed otherwise).
     ``ssh=False`` leaves out SSH logins (the SSH-dependent checks then skip). ``only`` keeps checks whose
     id starts with one of the given prefixes. ``options`` tunes probes: ``bandwidth_seconds`` (0.5, each mesh stream),
-    ``connect_timeout_s`` (3.0), ``listen_ttl_s`` (connect timeout + 3), ``compute_s`` (compute seconds per
+    ``connect_timeout_s`` (3.0), ``mesh`` (``"auto"``: the quick pass against the cached
+    full mesh; ``"full"``: every pair now, as ``--mesh``), ``mesh_max_age_s`` (a day), ``listen_ttl_s`` (connect timeout + 3), ``compute_s`` (compute seconds per
     optimizer step for the sync forecast; estimated from the GPUs when absent).
     """
     from tui.checks.ssh_checks import gather_ssh
@@ -139,9 +142,13 @@ async def run_checklist_full(
             report(f"ssh: {sum(1 for o in remote if o.ok)}/{len(remote)} logged in" + (f", {local} local" if local else ""), done, total)
         ctx = CheckContext(config, statuses, client, ssh=outcomes, options=options)
 
+        from tui.checks.mesh import MESH_READERS, mesh_allowance_s
+
+        mesh_extra = mesh_allowance_s(config, ctx.options)
+
         async def tracked(spec: CheckSpec) -> list[CheckResult]:
             nonlocal done
-            rows = await _run_one(spec, ctx, check_timeout_s)
+            rows = await _run_one(spec, ctx, check_timeout_s + (mesh_extra if spec.id in MESH_READERS else 0.0))
             done += 1
             report(spec.id, done, total)
             return rows
@@ -156,7 +163,7 @@ async def run_checklist_full(
     rows.sort(key=lambda r: (rank.get(r.id, len(ORDER)), node_index.get(r.node, -1) if r.node else -1))
     return ChecklistRun(rows, statuses, outcomes, time.monotonic() - started,
                         rendezvous_listener_until=ctx.notes.get("rendezvous_listener_until"),
-                        mesh=ctx.notes.get("mesh"), sync=ctx.notes.get("sync"))
+                        mesh=ctx.notes.get("mesh"), mesh_run=ctx.notes.get("mesh_run"), sync=ctx.notes.get("sync"))
 
 
 def run_checklist_sync(config: FtwizConfig, **kwargs: Any) -> list[CheckResult]:

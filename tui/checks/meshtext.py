@@ -5,7 +5,12 @@
     {"nodes": ["node0", "node1"], "gbit_per_s": [[null, 9.4], [9.1, null]],
      "latency_ms": [[null, 0.12], [0.11, null]], "median_gbit_per_s": 9.25,
      "slow": [{"src": "node1", "dst": "node0", "gbit_per_s": 0.09}], "delayed": [...],
-     "links": [{"src", "dst", "latency_ms", "gbit_per_s", "error"}], "rounds": 1, "seconds": 1.3}
+     "links": [{"src", "dst", "latency_ms", "gbit_per_s", "error"}], "rounds": 1, "seconds": 1.3,
+     "mode": "quick", "age_s": 312.5, "reason": "...", "measured_s": 1.4, "pairs": [{"src", "dst", "latency_ms", "gbit_per_s", "error"}]}
+
+The matrix is the full one (measured now, or cached and ``age_s`` old); ``mode`` says whether every pair
+streamed this time (``full``) or the quick pass did (``quick``: the ring both ways plus every pair's connect
+time), and ``pairs`` lists what was measured this time.
 
 ``rows[i][j]`` is ``nodes[i] → nodes[j]`` (sender in the row, receiver in the column).
 """
@@ -15,14 +20,15 @@ from __future__ import annotations
 from typing import Any
 
 from shared import meshplan
-from shared.meshplan import MeshMatrix
+from shared.meshplan import MeshMatrix, MeshRun
 from shared.syncplan import SyncForecast
 
 __all__ = ["mesh_json", "mesh_plain", "mesh_table", "sync_json"]
 
 
-def mesh_json(mesh: MeshMatrix) -> dict[str, Any]:
-    """The matrix, the links and what is slow, as plain JSON."""
+def mesh_json(mesh: MeshMatrix, run: MeshRun | None = None) -> dict[str, Any]:
+    """The matrix, the links and what is slow, and what was measured this time, as plain JSON."""
+    measured = run.pairs if run is not None else [lk for lk in mesh.links if lk.latency_ms is not None or lk.gbit_per_s is not None]
     return {
         "nodes": mesh.nodes,
         "gbit_per_s": mesh.matrix("gbit_per_s"),
@@ -35,6 +41,11 @@ def mesh_json(mesh: MeshMatrix) -> dict[str, Any]:
         "rounds": mesh.rounds,
         "seconds": mesh.seconds,
         "stream_seconds": mesh.stream_seconds,
+        "mode": run.mode if run is not None else "full",
+        "age_s": run.age_s if run is not None else 0.0,
+        "reason": run.reason if run is not None else "",
+        "measured_s": run.seconds if run is not None else mesh.seconds,
+        "pairs": [link.model_dump(mode="json") for link in measured],
     }
 
 

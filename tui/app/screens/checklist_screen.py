@@ -64,7 +64,8 @@ class ChecklistScreen(StepScreen):
         palette = Palette.from_app(self.app)
         self.query_one(CheckTable).show(checks.results, palette, running=checks.running)
         self._show_detail()
-        self.query_one(MeshHeatmap).show(getattr(checks, "mesh", None), palette)
+        self.query_one(MeshHeatmap).show(getattr(checks, "mesh", None), palette, age_s=checks.mesh_age_s(),
+                                         refreshing=checks.mesh_refreshing)
         self.query_one("#check-summary", Static).update(checks.summary(self.wizard.config, palette))
         bar = self.query_one("#check-progress", ProgressBar)
         bar.update(total=max(checks.total, 1), progress=checks.done if checks.total else 0)
@@ -105,8 +106,20 @@ class ChecklistScreen(StepScreen):
 
         await wizard.checks.run(wizard.config, engine, only=only, on_change=self.redraw)
         self.redraw()
+        if only is None and wizard.checks.wants_full_mesh():
+            self.refresh_mesh()
         if self.wizard.checks.error:
             self.notify(self.wizard.checks.error, title="Checklist could not run", severity="error", timeout=10)
+
+    @work(exclusive=True, group="mesh")
+    async def refresh_mesh(self) -> None:
+        """After a quick pass, measure the full mesh in the background; the heatmap shows its age meanwhile."""
+        wizard = self.wizard
+
+        async def engine(config: FtwizConfig) -> Any:
+            return await engines.run_full_mesh(wizard, config)
+
+        await wizard.checks.refresh_mesh(wizard.config, engine, on_change=self.redraw)
 
     @work(exclusive=True, group="override")
     async def action_override(self) -> None:

@@ -66,8 +66,25 @@ class MeshHeatmap(Static):
     }
     """
 
-    def show(self, mesh: MeshMatrix | None, palette: Palette) -> None:
-        """Draw ``mesh`` (None hides the widget)."""
+    def show(self, mesh: MeshMatrix | None, palette: Palette, *, age_s: float | None = None, refreshing: bool = False) -> None:
+        """Draw ``mesh`` (None hides the widget) under a line with its age and whether it is being re-measured."""
         self.display = mesh is not None
         if mesh is not None:
-            self.update(render_heatmap(mesh, palette))
+            text = Text()
+            text.append(f"full mesh, {mesh_age_text(age_s)}", style=palette.muted)
+            if refreshing:
+                text.append(" · measuring every pair again in the background…", style=palette.muted)
+            text.append("\n")
+            text.append_text(render_heatmap(mesh, palette))
+            self.update(text)
+
+
+def mesh_age_text(age_s: float | None) -> str:
+    """``measured just now`` / ``measured 3 min ago`` / ``measured 2.5 h ago``."""
+    if age_s is None or age_s < 5:
+        return "measured just now"
+    if age_s < 120:
+        return f"measured {age_s:.0f} s ago"
+    if age_s < 7200:
+        return f"measured {age_s / 60:.0f} min ago"
+    return f"measured {age_s / 3600:.1f} h ago"
