@@ -32,7 +32,7 @@ __all__ = [
     "BUCKET_BYTES",
     "GRAD_BYTES",
     "MFU",
-    "Lever",
+    "SyncLever",
     "SyncForecast",
     "compute_seconds",
     "forecast",
@@ -52,7 +52,7 @@ DOMINATES = 0.5
 """Sync above this share of the step is said to dominate (the checklist warns)."""
 
 
-class Lever(BaseModel):
+class SyncLever(BaseModel):
     """One change and what it does to the sync."""
 
     change: str = Field(description="What to change, as the config key or action.")
@@ -78,7 +78,7 @@ class SyncForecast(BaseModel):
     compute_source: str = Field("", description="Where compute_s came from.")
     share: float | None = Field(None, description="sync / (sync + compute): the step share spent waiting on the network.")
     speedup: float | None = Field(None, description="Tokens/s on all nodes over tokens/s on the fastest single node.")
-    levers: list[Lever] = Field(default_factory=list, description="Changes that shrink the sync, with numbers.")
+    levers: list[SyncLever] = Field(default_factory=list, description="Changes that shrink the sync, with numbers.")
 
 
 def trainable_params(arch: ModelArch, job: JobConfig) -> int:
@@ -155,8 +155,8 @@ def _pct(share: float | None) -> str:
     return f"{share * 100:.0f} %" if share is not None else "?"
 
 
-def _levers(arch: ModelArch, job: JobConfig, base: SyncForecast, without_slowest: tuple[str, int, float, float] | None) -> list[Lever]:
-    levers: list[Lever] = []
+def _levers(arch: ModelArch, job: JobConfig, base: SyncForecast, without_slowest: tuple[str, int, float, float] | None) -> list[SyncLever]:
+    levers: list[SyncLever] = []
     compute = base.compute_s
     if base.sync_s <= 0:
         return levers
@@ -165,7 +165,7 @@ def _levers(arch: ModelArch, job: JobConfig, base: SyncForecast, without_slowest
     if base.sharding == "ddp":
         doubled = compute * 2 if compute else None
         share = _share(base.sync_s, doubled)
-        levers.append(Lever(
+        levers.append(SyncLever(
             change=f"grad_accum_steps = {accum}", sync_s=base.sync_s, share=share,
             effect=(f"sync stays {base.sync_s:.2f} s per step but covers twice the tokens"
                     + (f": share {_pct(base.share)} → {_pct(share)}" if compute else ": half the sync per token")),
@@ -174,7 +174,7 @@ def _levers(arch: ModelArch, job: JobConfig, base: SyncForecast, without_slowest
         lora = job.model_copy(update={"method": "lora"})
         _, sync = _sync_seconds(arch, lora, base.sharding, base.ranks, base.gbit_per_s, base.latency_ms)
         compute_lora = compute * 4 / 6 if compute else None
-        levers.append(Lever(
+        levers.append(SyncLever(
             change='method = "lora"', sync_s=sync, share=_share(sync, compute_lora),
             effect=f"{trainable_params(arch, lora):,} adapter parameters instead of {base.trainable_params:,}: "
                    f"sync {base.sync_s:.2f} → {sync:.3f} s per step",
@@ -185,7 +185,7 @@ def _levers(arch: ModelArch, job: JobConfig, base: SyncForecast, without_slowest
         share = _share(sync, compute)
         speed = (base.nodes - 1) * compute / (compute + sync) if compute else None
         gain = f"; speedup {base.speedup:.2f}x → {speed:.2f}x" if speed is not None and base.speedup is not None else ""
-        levers.append(Lever(
+        levers.append(SyncLever(
             change=f"leave out {node}", sync_s=sync, share=share,
             effect=f"{base.nodes - 1} nodes, slowest link {gbit:.2f} Gbit/s: sync {base.sync_s:.2f} → {sync:.2f} s per step{gain}",
         ))

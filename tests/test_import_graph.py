@@ -48,12 +48,7 @@ KNOWN_PACKAGE_BACK_EDGES: set[tuple[str, str]] = {
     # tui.slurm.slurmctl.valid_job_id (validating a stored Slurm job id), which belongs with the record or in shared/.
     ("tui.launch", "tui.slurm"),
 }
-KNOWN_DUPLICATE_CLASSES: set[str] = {
-    "NodeState",  # tui.client (an agent's reachability) and tui.launch.events (a node's part of a run)
-    "LogLine",  # tui.doctor.model and tui.launch.events
-    "NodeView",  # tui.app.cluster_state and tui.launch.supervisor
-    "Lever",  # shared.fit (memory) and shared.syncplan (gradient sync)
-}
+KNOWN_DUPLICATE_CLASSES: set[str] = set()
 
 
 def _module_name(path: Path) -> str:

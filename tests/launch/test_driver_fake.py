@@ -19,7 +19,7 @@ import pytest
 from shared.config import FtwizConfig, JobConfig, NodeConfig
 from tests.launch.fakelink import FakeCluster
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
-from tui.launch.events import Event, LogLine, NodeState, NodeStateChanged, RunNote, RunResult
+from tui.launch.events import Event, LogLine, RunNodeState, NodeStateChanged, RunNote, RunResult
 from tui.launch.options import LaunchError, RunOptions
 from tui.launch.run import Run
 from tui.launch.status import RunStatus
@@ -128,7 +128,7 @@ class Driven:
     def wait_event(self, match: Callable[[Event], bool], what: str) -> None:
         self.fake.wait(lambda: any(match(e) for e in self.events), what)
 
-    def state_seen(self, node: str, state: NodeState) -> Callable[[Event], bool]:
+    def state_seen(self, node: str, state: RunNodeState) -> Callable[[Event], bool]:
         return lambda e: isinstance(e, NodeStateChanged) and e.node == node and e.state is state
 
     def record(self) -> dict[str, Any]:

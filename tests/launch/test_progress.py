@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from tui.launch.commands import HeadlessPrinter
-from tui.launch.events import LogLine, NodeState, NodeStateChanged, ProgressChanged, RunFinished, RunNote, RunResult
+from tui.launch.events import LogLine, RunNodeState, NodeStateChanged, ProgressChanged, RunFinished, RunNote, RunResult
 from tui.launch.progress import ProgressModel, format_progress, parse_protocol, split_rank
 
 
@@ -62,7 +62,7 @@ def test_headless_printer():
     model = ProgressModel()
     model.update("node0", 0, {"ftwiz": "progress", "rank": 0, "step": 1, "total_steps": 10, "loss": 2.0})
     printer(ProgressChanged(model.snapshot))
-    printer(NodeStateChanged("node1", NodeState.RUNNING, "pgid 5"))
+    printer(NodeStateChanged("node1", RunNodeState.RUNNING, "pgid 5"))
     printer(RunNote("stopping every node: x", "error"))
     printer(RunFinished(RunResult("r1", "failed", 1, reason="torchrun on node1 exited with code 1", failed_node="node1", failed_rank=2,
                                   last_lines=["node1/2 | Traceback"], unreaped=["node2"])))

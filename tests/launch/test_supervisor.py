@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 
 from tui.exitcodes import EXIT_FAILED
-from tui.launch.events import NodeState
+from tui.launch.events import RunNodeState
 from tui.launch.messages import EndingKind, NodeEnding, RankSample
 from tui.launch.status import RunStatus
 from tui.launch.supervisor import Detach, Keep, Phase, StallFound, StopAll, Succeed, Supervisor, Timing, WorkerFailure
@@ -223,7 +223,7 @@ CASES: list[tuple[str, Script, Callable[[Any], bool]]] = [
     ("one node silent while the other answers", one_node_silent,
      lambda d: isinstance(d, StopAll) and d.unreachable == ("a",) and d.trigger_node == "a"),
     ("every node silent: our side, keep going and reconnect", every_node_silent,
-     lambda d: isinstance(d, Keep) and set(d.reconnect) == {"a", "b"} and d.notes and d.states == (("a", NodeState.RECONNECTING), ("b", NodeState.RECONNECTING))),
+     lambda d: isinstance(d, Keep) and set(d.reconnect) == {"a", "b"} and d.notes and d.states == (("a", RunNodeState.RECONNECTING), ("b", RunNodeState.RECONNECTING))),
     ("every node silent past reattach_for_s: detach, failed", silent_too_long, lambda d: isinstance(d, Detach) and d.exit_code == EXIT_FAILED),
     ("a rank stops moving after the first step", stall_after_first_step,
      lambda d: isinstance(d, StallFound) and d.stalled == (1,) and not d.before_first_step),

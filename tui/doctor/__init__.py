@@ -16,7 +16,7 @@ from .checklist import cite_checklist
 from .diagnose import KernelLookup, rank_findings
 from .findings import find
 from .logs import protocol, read_log
-from .model import Diagnosis, Evidence, LogLine
+from .model import Diagnosis, Evidence, ReadLine
 from .report import as_json, format_first, format_text
 from .versions import place_skew, skew_diagnosis
 
@@ -52,13 +52,13 @@ def diagnose_run(run_dir: Path, record: Mapping[str, Any] | None = None, *,
 def diagnose_files(paths: Sequence[Path], *, record: Mapping[str, Any] | None = None,
                    kernel: KernelLookup | None = None) -> list[Diagnosis]:
     """Diagnose log files (OSError for one that cannot be read)."""
-    lines: list[LogLine] = []
+    lines: list[ReadLine] = []
     for path in paths:
         lines.extend(read_log(Path(path), start_order=lines[-1].order if lines else 0))
     return diagnose_lines(lines, record=record, kernel=kernel)
 
 
-def diagnose_lines(lines: Sequence[LogLine], *, record: Mapping[str, Any] | None = None,
+def diagnose_lines(lines: Sequence[ReadLine], *, record: Mapping[str, Any] | None = None,
                    kernel: KernelLookup | None = None) -> list[Diagnosis]:
     """Diagnose lines already read (``record["versions"]``, when present, can add ``version.skew``)."""
     found = rank_findings(find(lines, pid_ranks=_pid_ranks(lines, record)), lines, record=record, kernel=kernel)
@@ -68,7 +68,7 @@ def diagnose_lines(lines: Sequence[LogLine], *, record: Mapping[str, Any] | None
     return cite_checklist(found, record)
 
 
-def _pid_ranks(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> dict[tuple[str | None, int], int]:
+def _pid_ranks(lines: Sequence[ReadLine], record: Mapping[str, Any] | None) -> dict[tuple[str | None, int], int]:
     """Which global rank each worker pid was: from the run record's ranks, else the ``started`` lines."""
     out: dict[tuple[str | None, int], int] = {}
     ranks = (record or {}).get("ranks")

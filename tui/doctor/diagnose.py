@@ -17,7 +17,7 @@ from typing import Any
 from shared.doctor_signatures import CAUSES, FIXES, is_normal
 
 from .fixes import computed_fix
-from .model import Diagnosis, Evidence, Finding, LogLine
+from .model import Diagnosis, Evidence, Finding, ReadLine
 
 __all__ = ["KernelLookup", "rank_findings"]
 
@@ -37,7 +37,7 @@ _LAUNCHER = re.compile(r"ChildFailedError|torch/distributed/elastic|failed \(exi
 
 def rank_findings(
     findings: Sequence[Finding],
-    lines: Sequence[LogLine],
+    lines: Sequence[ReadLine],
     *,
     record: Mapping[str, Any] | None = None,
     kernel: KernelLookup | None = None,
@@ -126,7 +126,7 @@ def _confirm_oom(diag: Diagnosis, group: list[Finding], record: Mapping[str, Any
     diag.fix = "find who sent SIGKILL on that node (`journalctl --since`, the scheduler's log); the kernel did not OOM-kill it"
 
 
-def _demote_late_rendezvous(findings: Sequence[Finding], lines: Sequence[LogLine]) -> None:
+def _demote_late_rendezvous(findings: Sequence[Finding], lines: Sequence[ReadLine]) -> None:
     """A rendezvous error after workers ran is the store going away in the teardown: an echo.
 
     The rendezvous had worked once workers print (a ``[rankN]:`` or ``node/N |`` line); a torchrun that
@@ -158,17 +158,17 @@ def _failed(record: Mapping[str, Any] | None) -> bool:
     return bool(record) and str(record.get("status")) in ("failed", "launch_failed")  # type: ignore[union-attr]
 
 
-def _failure_lines(lines: Sequence[LogLine]) -> list[LogLine]:
+def _failure_lines(lines: Sequence[ReadLine]) -> list[ReadLine]:
     """torchrun's own words that a worker failed (exit code, ChildFailedError) with no cause named."""
     return [line for line in lines if _FAILED_RE.search(line.text)]
 
 
-def _error_lines(lines: Sequence[LogLine]) -> list[LogLine]:
+def _error_lines(lines: Sequence[ReadLine]) -> list[ReadLine]:
     """Lines that look like an error (an exception line, an ``error:`` line), not the launcher's summary of one."""
     return [line for line in lines if _ERROR_LOOKING.search(line.text) and not _LAUNCHER.search(line.text) and not is_normal(line.text)]
 
 
-def _unknown(lines: Sequence[LogLine], record: Mapping[str, Any] | None) -> Diagnosis:
+def _unknown(lines: Sequence[ReadLine], record: Mapping[str, Any] | None) -> Diagnosis:
     """``unknown``, with the earliest error-looking line of the first failing rank as its evidence and explanation."""
     failed = (record or {}).get("failed") or {}
     node, rank = failed.get("node"), failed.get("rank")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from shared.doctor_signatures import is_normal, match_line
 
 from .logs import protocol
-from .model import Finding, LogLine
+from .model import Finding, ReadLine
 
 __all__ = ["KILLED_RE", "find"]
 
@@ -48,12 +48,12 @@ _IPY_CODE_RE = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*-+>")
 
 @dataclass
 class _Traceback:
-    start: LogLine
-    frames: list[tuple[LogLine, str, int, str]] = field(default_factory=list)
+    start: ReadLine
+    frames: list[tuple[ReadLine, str, int, str]] = field(default_factory=list)
     ipython: bool = False
 
 
-def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], int] | None = None) -> list[Finding]:
+def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], int] | None = None) -> list[Finding]:
     """Every finding in ``lines`` (one per matching line; a traceback is one finding)."""
     findings: list[Finding] = []
     open_tb: dict[tuple[str, int | None], _Traceback] = {}
@@ -95,7 +95,7 @@ def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], in
         if killed:
             pid = int(killed.group("pid"))
             rank = (pid_ranks or {}).get((line.node, pid), (pid_ranks or {}).get((None, pid)))
-            where = LogLine(line.file, line.line, line.node, rank, line.text, line.time, line.order)
+            where = ReadLine(line.file, line.line, line.node, rank, line.text, line.time, line.order)
             findings.append(Finding("oom.host", 6, False, where, detail=f"pid {pid} was killed by SIGKILL", source=_SIGNAL_SOURCE))
             continue
         for sig in match_line(text)[:1]:
@@ -105,7 +105,7 @@ def find(lines: Iterable[LogLine], *, pid_ranks: dict[tuple[str | None, int], in
     return findings
 
 
-def _ftwiz_error(line: LogLine) -> Finding | None:
+def _ftwiz_error(line: ReadLine) -> Finding | None:
     """The finding of one of ftwiz's own error lines, or None (not one, or one an ordinary signature should read)."""
     text = line.text
     rank: int | None = None
@@ -123,7 +123,7 @@ def _ftwiz_error(line: LogLine) -> Finding | None:
     exc_type = message.split(":", 1)[0].strip().rsplit(".", 1)[-1]
     if exc_type in _ECHO_EXCEPTIONS:
         return None
-    where = line if line.rank is not None or rank is None else LogLine(line.file, line.line, line.node, rank, line.text, line.time, line.order)
+    where = line if line.rank is not None or rank is None else ReadLine(line.file, line.line, line.node, rank, line.text, line.time, line.order)
     sigs = match_line(message)
     if sigs:
         return Finding(sigs[0].cause, sigs[0].weight, sigs[0].echo, where, detail=message[:300], source=sigs[0].source, fix=sigs[0].fix)
@@ -132,7 +132,7 @@ def _ftwiz_error(line: LogLine) -> Finding | None:
     return Finding(cause, 9, False, where, detail=message[:300], source=_FTWIZ_SOURCE, fix=own_fix)
 
 
-def _from_traceback(tb: _Traceback, exc_line: LogLine, exc_type: str, message: str) -> Finding | None:
+def _from_traceback(tb: _Traceback, exc_line: ReadLine, exc_type: str, message: str) -> Finding | None:
     """The finding of one traceback, or None when its exception line is left to the signatures."""
     if is_normal(exc_line.text) or match_line(exc_line.text) or exc_type.rsplit(".", 1)[-1] in _ECHO_EXCEPTIONS:
         return None

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .model import Diagnosis, LogLine
+from .model import Diagnosis, ReadLine
 
 __all__ = ["computed_fix"]
 
@@ -14,7 +14,7 @@ _PORT_RE = re.compile(r"(?:port:?\s*|\]:|\d, |\d:)(?P<port>\d{2,5})(?![:.\d])")
 _DATA_PREP_RE = re.compile(r"tokeniz|Map|Running tokenizer|Generating train split|preprocess|Loading checkpoint shards", re.IGNORECASE)
 
 
-def computed_fix(diag: Diagnosis, *, record: Mapping[str, Any] | None, lines: Sequence[LogLine],
+def computed_fix(diag: Diagnosis, *, record: Mapping[str, Any] | None, lines: Sequence[ReadLine],
                  first_root: Diagnosis | None) -> str | None:
     """The fix with this run's numbers, or None to keep the generic one."""
     job = ((record or {}).get("config") or {}).get("job") or {}
@@ -73,7 +73,7 @@ def _env_value(record: Mapping[str, Any] | None, node: str | None, names: Sequen
     return None
 
 
-def _timeout_fix(lines: Sequence[LogLine]) -> str:
+def _timeout_fix(lines: Sequence[ReadLine]) -> str:
     """Was rank 0 busy with something else (data preparation) while the others waited?"""
     rank0 = [line for line in lines if line.rank == 0 and line.text.strip()]
     busy = [line for line in rank0[-50:] if _DATA_PREP_RE.search(line.text)]

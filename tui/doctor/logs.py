@@ -1,4 +1,4 @@
-"""Reading log files into :class:`LogLine` s: node and rank from the prefixes, time from the text.
+"""Reading log files into :class:`ReadLine` s: node and rank from the prefixes, time from the text.
 
 Two shapes are understood: ftwiz's run logs (``node/rank | text``, ``-`` for torchrun's own lines) and
 raw torchrun output (``[rank3]:text``; the node is then the file's name, ``NODE.log``). Times come from
@@ -25,7 +25,7 @@ from typing import BinaryIO
 
 from shared.doctor_signatures import is_normal
 
-from .model import LogLine
+from .model import ReadLine
 
 __all__ = ["NotARegularFile", "kept_lines", "node_of_file", "open_regular", "parse_time", "read_log", "read_logs"]
 
@@ -199,8 +199,8 @@ def kept_lines(fh: BinaryIO) -> list[tuple[int, bytes]]:
     return [*head, *rest, *(item for item in tail if item[0] > last)]
 
 
-def read_log(path: Path, *, name: str | None = None, start_order: int = 0) -> list[LogLine]:
-    """The lines of ``path`` worth reading (:func:`kept_lines`) as :class:`LogLine` s, with their own numbers.
+def read_log(path: Path, *, name: str | None = None, start_order: int = 0) -> list[ReadLine]:
+    """The lines of ``path`` worth reading (:func:`kept_lines`) as :class:`ReadLine` s, with their own numbers.
 
     ``name``: how evidence names the file. Streams the file once in bounded memory; invalid UTF-8 is
     replaced, over-long lines are cut. :class:`NotARegularFile` (an OSError) for a FIFO, device or directory.
@@ -230,13 +230,13 @@ def read_log(path: Path, *, name: str | None = None, start_order: int = 0) -> li
     times.reverse()
     stamped = [t for *_rest, t in parsed if t is not None]
     tail = max(last_write, stamped[-1]) if stamped else None
-    return [LogLine(shown, number, node, rank, text, stamp if stamp is not None else (times[index] or tail), start_order + number)
+    return [ReadLine(shown, number, node, rank, text, stamp if stamp is not None else (times[index] or tail), start_order + number)
             for index, (number, node, rank, text, stamp) in enumerate(parsed)]
 
 
-def read_logs(paths: Iterable[Path]) -> list[LogLine]:
+def read_logs(paths: Iterable[Path]) -> list[ReadLine]:
     """All lines of all files, each file's lines in order (files one after another)."""
-    out: list[LogLine] = []
+    out: list[ReadLine] = []
     for path in paths:
         out.extend(read_log(path, start_order=out[-1].order if out else 0))
     return out

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Diagnosis", "Evidence", "Finding", "LogLine"]
+__all__ = ["Diagnosis", "Evidence", "Finding", "ReadLine"]
 
 
 @dataclass(frozen=True)
-class LogLine:
+class ReadLine:
     """One line of one log file, with the node and rank it came from and its time when known."""
 
     file: str
@@ -47,8 +47,8 @@ class Finding:
     cause: str
     weight: int
     echo: bool
-    where: LogLine
-    extra: list[LogLine] = field(default_factory=list)
+    where: ReadLine
+    extra: list[ReadLine] = field(default_factory=list)
     """More lines of the same finding (a traceback's frames and exception)."""
     detail: str = ""
     """What was found in words (``ValueError at train.py:12``)."""

@@ -13,11 +13,11 @@ Importing this package imports neither paramiko nor torch.
 from tui.launch.events import (
     Event,
     LogLine,
-    NodeState,
     NodeStateChanged,
     Observer,
     ProgressChanged,
     RunFinished,
+    RunNodeState,
     RunNote,
     RunResult,
 )
@@ -28,7 +28,7 @@ __all__ = [
     "Event",
     "LaunchError",
     "LogLine",
-    "NodeState",
+    "RunNodeState",
     "NodeStateChanged",
     "Observer",
     "ProgressChanged",

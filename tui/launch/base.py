@@ -24,11 +24,11 @@ from shared.redact import redact, secret_values
 from tui.launch.events import (
     Event,
     LogLine,
-    NodeState,
     NodeStateChanged,
     Observer,
     ProgressChanged,
     RunFinished,
+    RunNodeState,
     RunNote,
     RunResult,
 )
@@ -85,7 +85,7 @@ class RunCore:
         self._abandon_reap = False
         self._finished: Optional[RunResult] = None
         self.failures = FailureTracker(n.name for n in config.nodes)
-        self._node_state: dict[str, NodeState] = {}
+        self._node_state: dict[str, RunNodeState] = {}
         self._bars = BarCollapser()
         #: ``[job].env`` / ``[nccl].env`` secrets: masked in every line the run logs, keeps or shows.
         self._secrets = secret_values(config.job.env, config.nccl.env)
@@ -133,7 +133,7 @@ class RunCore:
         self.record.note(text, level)
         self._emit(RunNote(text, level))
 
-    def _set_state(self, node: str, state: NodeState, detail: str = "") -> None:
+    def _set_state(self, node: str, state: RunNodeState, detail: str = "") -> None:
         if self._node_state.get(node) == state and not detail:
             return
         self._node_state[node] = state
@@ -157,7 +157,7 @@ class RunCore:
         self.supervisor.request_detach()
 
     @property
-    def node_states(self) -> dict[str, NodeState]:
+    def node_states(self) -> dict[str, RunNodeState]:
         """Each node's current state (for a UI that subscribes late)."""
         return dict(self._node_state)
 
@@ -192,10 +192,10 @@ class RunCore:
             ending = message.ending
             self.supervisor.ended(message.node, ending)
             self.record.update_node(message.node, exit=ending.raw, exit_description=ending.describe(), ended_at=time.time())
-            state = NodeState.EXITED if ending.ok else NodeState.STOPPED if not ending.failed else NodeState.FAILED
+            state = RunNodeState.EXITED if ending.ok else RunNodeState.STOPPED if not ending.failed else RunNodeState.FAILED
             self._set_state(message.node, state, ending.describe())
         elif isinstance(message, NodeLost):
-            self._set_state(message.node, NodeState.RECONNECTING, message.reason)
+            self._set_state(message.node, RunNodeState.RECONNECTING, message.reason)
         elif isinstance(message, BackendNote):
             self._note(message.text, message.level)
         elif isinstance(message, AllocationEnded):
@@ -267,7 +267,7 @@ class RunCore:
                 future.result(timeout=max(0.1, deadline - self.clock()))
             except Exception as exc:
                 problems[name] = explain(exc)
-                self._set_state(name, NodeState.FAILED, problems[name])
+                self._set_state(name, RunNodeState.FAILED, problems[name])
         return problems
 
     def _close_runners(self) -> None:

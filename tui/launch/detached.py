@@ -13,7 +13,7 @@ import time
 from functools import partial
 
 from tui.exitcodes import EXIT_FAILED, EXIT_OK
-from tui.launch.events import NodeState, RunResult
+from tui.launch.events import RunNodeState, RunResult
 from tui.launch.launching import LaunchMixin
 from tui.launch.options import LaunchError
 from tui.launch.runner import NodeRunner
@@ -31,7 +31,7 @@ class DetachedMixin(LaunchMixin):
         for node in self.config.nodes:
             runner = self._new_runner(node.name)
             runner.rundir_abs = stored[node.name].rundir if node.name in stored else None
-            self._set_state(node.name, NodeState.CONNECTING)
+            self._set_state(node.name, RunNodeState.CONNECTING)
 
         futures = {name: r.submit(partial(_attach_one, r)) for name, r in self._runners.items()}
         problems = self._collect(futures, timeout=self.config.cluster.ssh_connect_timeout_s + 60)
@@ -45,7 +45,7 @@ class DetachedMixin(LaunchMixin):
         self.supervisor.expected_ranks = world
         self.supervisor.started(self.clock())
         for name in self._runners:
-            self._set_state(name, NodeState.RUNNING, "attached")
+            self._set_state(name, RunNodeState.RUNNING, "attached")
         self.record.update(status=RunStatus.RUNNING, attached_at=time.time())
         self._note(f"attached to run {self.run_id} on {len(self._runners)} node(s); replaying the node logs")
 

@@ -17,7 +17,7 @@ from tui.launch.status import RunStatus
 __all__ = [
     "Event",
     "LogLine",
-    "NodeState",
+    "RunNodeState",
     "NodeStateChanged",
     "Observer",
     "ProgressChanged",
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-class NodeState(str, Enum):
+class RunNodeState(str, Enum):
     """Where one node's part of the run stands."""
 
     CONNECTING = "connecting"
@@ -73,7 +73,7 @@ class NodeStateChanged:
     """A node changed state."""
 
     node: str
-    state: NodeState
+    state: RunNodeState
     detail: str = ""
 
 

@@ -14,7 +14,7 @@ from typing import Mapping, NoReturn
 
 from shared.config import NodeConfig
 from tui.exitcodes import EXIT_FAILED
-from tui.launch.events import NodeState, RunResult
+from tui.launch.events import RunNodeState, RunResult
 from tui.launch.nodefiles import node_files
 from tui.launch.options import LaunchError
 from tui.launch.plan import Payload
@@ -44,7 +44,7 @@ class LaunchMixin(StopMixin):
         self.record.update(launched_at=time.time())
         for node in self.config.nodes:
             self._new_runner(node.name)
-            self._set_state(node.name, NodeState.CONNECTING)
+            self._set_state(node.name, RunNodeState.CONNECTING)
         try:
             package = workload_files()
         except RuntimeError as exc:
@@ -60,7 +60,7 @@ class LaunchMixin(StopMixin):
             # Stopped before "go": closing the prepared execs starts nothing anywhere.
             self._launch_failed(f"not started: {self.supervisor.stop_reason}", {})
         for name in self._runners:
-            self._set_state(name, NodeState.STARTING)
+            self._set_state(name, RunNodeState.STARTING)
         futures = {name: r.submit(r.launch) for name, r in self._runners.items()}
         problems = self._collect(futures, timeout=60)
         if problems:
@@ -71,7 +71,7 @@ class LaunchMixin(StopMixin):
         self.supervisor.expected_ranks = sum(p.nproc for p in self.plans.values()) or None
         self.supervisor.started(started)
         for name, runner in self._runners.items():
-            self._set_state(name, NodeState.RUNNING, f"pgid {runner.pgid}")
+            self._set_state(name, RunNodeState.RUNNING, f"pgid {runner.pgid}")
             self.record.update_node(name, save=False, pgid=runner.pgid, pgid_start=runner.pgid_start)
         self.record.update(status=RunStatus.RUNNING, started_at=time.time(), fanout_s=started - t0, prepare_s=t_prepared - t0)
         self._note(f"run {self.run_id} started on {len(self._runners)} node(s) in {started - t0:.1f} s")

@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from shared.config import FtwizConfig
 from tui.exitcodes import EXIT_OK
 from tui.launch.detached import DetachedMixin
-from tui.launch.events import NodeState, RunResult
+from tui.launch.events import RunNodeState, RunResult
 from tui.launch.options import LaunchError, RunOptions
 from tui.launch.record import RunRecord, new_run_id, runs_dir
 from tui.launch.status import RunStatus
@@ -185,7 +185,7 @@ class Run(DetachedMixin):
             pending = self._reconnects.get(name)
             if pending is None or pending.done():
                 runner = self._runners[name]
-                self._set_state(name, NodeState.RECONNECTING)
+                self._set_state(name, RunNodeState.RECONNECTING)
                 self._reconnects[name] = runner.submit(partial(runner.reconnect, timeout=self.options.reap_connect_timeout_s))
 
     def _stall_stop(self, stall: StallFound) -> RunResult:

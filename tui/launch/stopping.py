@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from tui.exitcodes import EXIT_FAILED, EXIT_STOPPED
 from tui.launch.base import RunCore
-from tui.launch.events import NodeState, RunResult
+from tui.launch.events import RunNodeState, RunResult
 from tui.launch.links import NodeGone
 from tui.launch.runner import NodeRunner
 from tui.launch.status import RunStatus
@@ -60,10 +60,10 @@ class StopMixin(RunCore):
         by_kill = sum(1 for k in killed if k.get("signal") == "SIGKILL")
         if report.get("remaining"):
             self._note(f"{node}: processes still there after SIGKILL: {report['remaining']}", "error")
-            self._set_state(node, NodeState.FAILED, f"leftovers {report['remaining']}")
+            self._set_state(node, RunNodeState.FAILED, f"leftovers {report['remaining']}")
         else:
             detail = f"{len(killed)} process(es) stopped" + (f", {by_kill} needed SIGKILL" if by_kill else "") if killed else "nothing left running"
-            self._set_state(node, NodeState.STOPPED, detail)
+            self._set_state(node, RunNodeState.STOPPED, detail)
 
     def _stop_all(
         self,
@@ -80,9 +80,9 @@ class StopMixin(RunCore):
         self.record.update(status=RunStatus.STOPPING, stop_reason=reason, stop_requested_at=time.time())
         reachable = [r for r in self._runners.values() if r.name not in unreachable]
         for r in reachable:
-            self._set_state(r.name, NodeState.STOPPING)
+            self._set_state(r.name, RunNodeState.STOPPING)
         for name in unreachable:
-            self._set_state(name, NodeState.UNREACHABLE, "will be reaped when it answers")
+            self._set_state(name, RunNodeState.UNREACHABLE, "will be reaped when it answers")
         leftovers, failed = self._kill_everywhere(reachable)
         to_reap = list(unreachable) + failed
         self.record.update(stopped_reachable_s=self.clock() - stop_started)

@@ -24,12 +24,12 @@ from typing import Iterable, Optional
 
 from tui.exitcodes import EXIT_FAILED, EXIT_OK
 from tui.launch.activity import ActivityTracker, hang_before_first_step
-from tui.launch.events import NodeState
+from tui.launch.events import RunNodeState
 from tui.launch.failure import describe_worker_exit
 from tui.launch.messages import EndingKind, NodeEnding, RankSample
 from tui.launch.status import RunStatus
 
-__all__ = ["Detach", "Decision", "Keep", "NodeView", "Phase", "StallFound", "StopAll", "Succeed", "Supervisor", "Timing", "WorkerFailure"]
+__all__ = ["Detach", "Decision", "Keep", "SupervisedNode", "Phase", "StallFound", "StopAll", "Succeed", "Supervisor", "Timing", "WorkerFailure"]
 
 
 class Phase(str, Enum):
@@ -80,7 +80,7 @@ class Keep:
 
     reconnect: tuple[str, ...] = ()
     """Nodes whose link should be re-opened (unless an attempt is under way)."""
-    states: tuple[tuple[str, NodeState], ...] = ()
+    states: tuple[tuple[str, RunNodeState], ...] = ()
     """Node states to announce."""
     notes: tuple[tuple[str, str], ...] = ()
     """(level, text) notes for the operator."""
@@ -125,7 +125,7 @@ Decision = Keep | StopAll | StallFound | Detach | Succeed
 
 
 @dataclass
-class NodeView:
+class SupervisedNode:
     """What the supervisor knows of one node."""
 
     name: str
@@ -140,7 +140,7 @@ class NodeView:
 class Supervisor:
     """The decisions of one run over a fixed set of nodes (see the module docstring)."""
 
-    nodes: dict[str, NodeView]
+    nodes: dict[str, SupervisedNode]
     timing: Timing
     expected_ranks: Optional[int] = None
     """The world size when known (every rank must be seen before "every rank is idle" can hold)."""
@@ -166,7 +166,7 @@ class Supervisor:
     @classmethod
     def over(cls, names: Iterable[str], timing: Timing, *, expected_ranks: Optional[int] = None) -> "Supervisor":
         """A supervisor for the nodes ``names``."""
-        return cls({n: NodeView(n) for n in names}, timing, expected_ranks)
+        return cls({n: SupervisedNode(n) for n in names}, timing, expected_ranks)
 
     # ------------------------------------------------------------------ observations
 
@@ -269,18 +269,18 @@ class Supervisor:
             return Succeed()
         return self._links(active, now)
 
-    def _links(self, active: list[NodeView], now: float) -> Decision:
+    def _links(self, active: list[SupervisedNode], now: float) -> Decision:
         t = self.timing
         lost = tuple(v.name for v in active if v.lost)
         silent = [v for v in active if v.last_rx is None or now - v.last_rx > t.unreachable_after_s]
         if silent and len(silent) == len(active):
             notes: tuple[tuple[str, str], ...] = ()
-            states: tuple[tuple[str, NodeState], ...] = ()
+            states: tuple[tuple[str, RunNodeState], ...] = ()
             if self.offline_since is None:
                 self.offline_since, self.back_since, self.phase = now, None, Phase.OFFLINE
                 notes = (("warn", "every node stopped answering at once: the network on this side is probably down. The run "
                                   f"is left going; re-attaching as the nodes answer (up to {t.reattach_for_s:.0f} s)"),)
-                states = tuple((v.name, NodeState.RECONNECTING) for v in active)
+                states = tuple((v.name, RunNodeState.RECONNECTING) for v in active)
             if now - self.offline_since > t.reattach_for_s:
                 return Detach(f"lost contact with every node for {t.reattach_for_s:.0f} s; the run may still be going", EXIT_FAILED)
             return Keep(reconnect=tuple(v.name for v in active), states=states, notes=notes)
@@ -295,7 +295,7 @@ class Supervisor:
             for rank in self.last_moved:  # the silence was ours, not the ranks'
                 self.last_moved[rank] = now
             self.activity.resume_all(now)
-            return Keep(states=tuple((v.name, NodeState.RUNNING) for v in active), notes=(("info", "every node answers again; supervision resumed"),))
+            return Keep(states=tuple((v.name, RunNodeState.RUNNING) for v in active), notes=(("info", "every node answers again; supervision resumed"),))
         # Ticks come once a tick per node, each on its own phase: a node counts as answering only if
         # heard within a few ticks, so an all-nodes drop is not mistaken for one node's.
         answering = [v for v in active if v not in silent and v.last_rx is not None and now - v.last_rx < 2.5 * t.tick_s + 0.5]
