@@ -54,6 +54,15 @@ work on the hosts moves every figure together; healthy links here vary up to 3x 
 only a change beyond that is a disagreement (a node shaped to 50 Mbit/s falls to a few percent)."""
 
 
+SLOW_LINK_DRIFT = 1.5
+"""A link the cached matrix named slow disagrees when its own Gbit/s rose by more than this factor.
+A slow link is bound by the link (a shaped or a poor one), not by the hosts' load, so its figure is steady
+between passes where healthy links vary up to 3x: a node re-shaped from 25 to 75 Mbit/s is still slow by
+share, but the sync forecast built on the cached figure would be 3x wrong (tests/checks/test_mesh_cluster.py).
+Upward only: the quick pass's 0.5 s streams read a shaped link low (50 Mbit/s read 0.03 against the full
+mesh's 0.05), and a link slower than cached is already caught by its share."""
+
+
 class Link(BaseModel):
     """One directed measurement: from ``src``'s agent to ``dst``'s agent."""
 
@@ -153,7 +162,8 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
     A link disagrees when the cache lacks it or has no figure for it, when it is unreachable now but
     was not then, or when its share of the pass's typical link moved beyond ``fraction`` of the cached
     share: down, to where the pass itself names it slow (below :data:`SLOW_FRACTION` of its typical link),
-    or up where the cache named it slow (it was fixed).
+    or up where the cache named it slow (it was fixed), or, for a link the cache named slow, its own Gbit/s
+    rose by more than :data:`SLOW_LINK_DRIFT` (a slow link's figure feeds the sync forecast).
     """
     typical_now, typical_then = quick.typical_gbit(), cached.typical_gbit()
     found: list[tuple[Link, Link | None]] = []
@@ -169,7 +179,10 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
             continue
         now_share, then_share = link.gbit_per_s / typical_now, then.gbit_per_s / typical_then
         slower = now_share < fraction * then_share and now_share < SLOW_FRACTION  # and slow by this pass's own measure
-        if slower or (then_share < SLOW_FRACTION and now_share * fraction > then_share):
+        was_slow = then_share < SLOW_FRACTION
+        fixed = was_slow and now_share * fraction > then_share
+        drifted = was_slow and link.gbit_per_s > SLOW_LINK_DRIFT * then.gbit_per_s
+        if slower or fixed or drifted:
             found.append((link, then))
     return found
 

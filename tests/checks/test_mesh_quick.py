@@ -63,6 +63,20 @@ def test_a_link_fixed_since_the_cache_disagrees_too():
     assert [(q.src, q.dst) for q, _ in meshplan.disagreements(_ring({}), cached)] == [("node0", "node1")]
 
 
+def test_a_slow_link_that_got_three_times_faster_but_is_still_slow_disagrees():
+    """node2 shaped from 25 to 75 Mbit/s: slow by share both times, but the cached figure would make the sync
+    forecast three times too long (test_forecast_follows_the_measured_sync_of_a_full_finetune)."""
+    slow_then = {(a, b): 0.025 for a in NAMES for b in NAMES if a != b and "node2" in (a, b)}
+    cached = _mesh(slow_then)
+    on_ring = {(a, b) for r in meshplan.ring_rounds(NAMES) for a, b in r if "node2" in (a, b)}
+    quick = _ring({pair: 0.075 for pair in on_ring})
+    assert {(q.src, q.dst) for q, _ in meshplan.disagreements(quick, cached)} == on_ring
+    steady = _ring({pair: 0.03 for pair in on_ring})  # within SLOW_LINK_DRIFT of 0.025: the cache still holds
+    assert meshplan.disagreements(steady, cached) == []
+    read_low = _ring({pair: 0.015 for pair in on_ring})  # the quick pass's short streams read a shaped link low
+    assert meshplan.disagreements(read_low, cached) == []
+
+
 def test_a_link_missing_or_failing_disagrees():
     cached = _mesh({}, only=[(a, b) for a in NAMES for b in NAMES if a != b and (a, b) != ("node1", "node2")])
     quick = _ring({})

@@ -8,6 +8,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, ProgressBar, Static
 
 from shared.config import FtwizConfig
@@ -60,9 +61,13 @@ class ChecklistScreen(StepScreen):
 
     def redraw(self) -> None:
         """Table, detail and the summary line from the app's checklist state."""
+        try:
+            table = self.query_one(CheckTable)
+        except NoMatches:  # the background mesh refresh ends (cancelled) after the screen's widgets are gone
+            return
         checks = self.wizard.checks
         palette = Palette.from_app(self.app)
-        self.query_one(CheckTable).show(checks.results, palette, running=checks.running)
+        table.show(checks.results, palette, running=checks.running)
         self._show_detail()
         self.query_one(MeshHeatmap).show(getattr(checks, "mesh", None), palette, age_s=checks.mesh_age_s(),
                                          refreshing=checks.mesh_refreshing)
