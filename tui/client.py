@@ -164,8 +164,10 @@ class AgentClient:
             token, self.token_error = read_token(config.cluster.agent_token_file)
         self._token = token
         self._headers = {"User-Agent": f"ftwiz/{__version__}"}
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
+        #: Sent per request, never as a client default: the unauthenticated ``/healthz`` greeting must not carry it.
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
+        #: Plain-HTTP agents that answered ``/healthz`` in HTTP (see :meth:`_greet`).
+        self._greeted: set[str] = set()
         self._transport = transport
         # One keep-alive AsyncClient per agent rather than one for the cluster: httpcore's pool scans
         # every connection for every queued request, which makes a 64-node poll quadratic.
@@ -246,6 +248,28 @@ class AgentClient:
         return (f"{_network_message(exc, url, wait)}; {cfg.name}'s agent presented certificate {presented}, "
                 f"which does not verify against {against}"), self._certificate_hint(cfg)
 
+    async def _greet(self, cfg: NodeConfig, url: str, wait: float) -> Optional[tuple[str, str]]:
+        """Without ``agent_tls``: ``GET /healthz`` (no token) before the first authenticated call to an agent.
+
+        An agent started with ``--tls-cert`` answers a plain-HTTP request with a TLS alert or a closed
+        connection; the token is then never sent in clear, and the node's error says to set ``agent_tls``.
+        Returns ``None`` when the agent speaks HTTP, else the message and fix.
+        """
+        if self.tls or url in self._greeted:
+            return None
+        try:
+            await self._http(url).get("/healthz", timeout=wait)
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            return (f"{url}/healthz got no HTTP answer ({detail[:160]}): {cfg.name}'s agent may serve HTTPS only; "
+                    "the token was not sent"), (
+                f"set [cluster] agent_tls = true and agent_ca_file = a PEM bundle of the agents' certificates "
+                f"(installers/install-agent.sh --tls printed its path), or start {cfg.name}'s agent without --tls-cert")
+        except httpx.HTTPError as exc:
+            return await self._unreachable(cfg, url, exc, wait)
+        self._greeted.add(url)
+        return None
+
     def _token_hint(self, cfg: NodeConfig) -> str:
         path = self.config.cluster.agent_token_file
         return (
@@ -268,10 +292,13 @@ class AgentClient:
             return NodeStatus(cfg.name, url, NodeState.UNAUTHORIZED, self.token_error or "no token", self._token_hint(cfg))
         if self.tls_error is not None:
             return NodeStatus(cfg.name, url, NodeState.DOWN, self.tls_error, "point agent_ca_file at the agents' certificates (PEM)")
+        refused = await self._greet(cfg, url, self.timeout)
+        if refused is not None:
+            return NodeStatus(cfg.name, url, NodeState.DOWN, *refused)
         sent = time.time()
         start = time.perf_counter()
         try:
-            response = await self._http(url).get("/v1/report", timeout=self.timeout)
+            response = await self._http(url).get("/v1/report", headers=self._auth, timeout=self.timeout)
         except httpx.HTTPError as exc:
             return NodeStatus(cfg.name, url, NodeState.DOWN, *await self._unreachable(cfg, url, exc, self.timeout))
         rtt = time.perf_counter() - start
@@ -342,8 +369,12 @@ class AgentClient:
         if self.tls_error is not None:
             return AgentReply(cfg.name, NodeState.DOWN, error=self.tls_error, hint="point agent_ca_file at the agents' certificates (PEM)")
         wait = timeout if timeout is not None else self.timeout
+        if auth:
+            refused = await self._greet(cfg, url, wait)
+            if refused is not None:
+                return AgentReply(cfg.name, NodeState.DOWN, error=refused[0], hint=refused[1])
         try:
-            response = await self._http(url).request(method, path, json=json, timeout=wait)
+            response = await self._http(url).request(method, path, json=json, headers=self._auth if auth else None, timeout=wait)
         except httpx.HTTPError as exc:
             error, hint = await self._unreachable(cfg, url, exc, wait)
             return AgentReply(cfg.name, NodeState.DOWN, error=error, hint=hint)

@@ -48,7 +48,7 @@ def tls_agents(tmp_path_factory):
 
 
 def test_the_agent_serves_https_only(tls_agents):
-    agents, bundle, _ = tls_agents
+    agents, _, _ = tls_agents
     with agents[0].client() as client:
         assert client.get("/v1/report").json()["node_name"] == "node0"
         assert client.get("/metrics").status_code == 200  # what Prometheus scrapes, over TLS
@@ -128,6 +128,59 @@ def test_the_token_never_travels_in_clear_to_what_the_controller_takes_for_a_tls
     with agents[0].client() as client:
         answer = client.post("/v1/probe/bandwidth", json={"peer_url": agents[1].url.replace("https://", "http://"), "seconds": 0.5}).json()
     assert "never sent over plain HTTP" in answer["error"] and answer["bytes_sent"] == 0
+
+
+def test_a_controller_without_agent_tls_never_sends_the_token_to_a_tls_agent(tls_agents):
+    """``agent_tls = false`` against an agent serving HTTPS: the controller greets it with a token-less ``/healthz``, gets
+    no HTTP answer and stops there. A relay between the two records every byte the controller sent."""
+    agents, _, _ = tls_agents
+    relay = socket.create_server((LOOPBACK, 0))
+    sent = bytearray()
+
+    def pump(src: socket.socket, dst: socket.socket, keep: bool) -> None:
+        try:
+            while chunk := src.recv(65536):
+                if keep:
+                    sent.extend(chunk)
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = relay.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((LOOPBACK, agents[0].port))
+            threading.Thread(target=pump, args=(conn, upstream, True), daemon=True).start()
+            threading.Thread(target=pump, args=(upstream, conn, False), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    config = FtwizConfig(
+        cluster=ClusterConfig(agent_token_file=str(agents[0].token_file), agent_tls=False, agent_timeout_s=5),
+        nodes=[NodeConfig(name="node0", host=LOOPBACK, agent_port=relay.getsockname()[1])],
+    )
+
+    async def go():
+        async with AgentClient(config) as client:
+            return await client.poll(), await client.refresh("node0")
+
+    try:
+        statuses, refreshed = asyncio.run(go())
+    finally:
+        relay.close()
+    status = statuses["node0"]
+    assert status.state is NodeState.DOWN and "the token was not sent" in status.message, status
+    assert "agent_tls = true" in status.hint, status.hint
+    assert not refreshed.ok and "the token was not sent" in (refreshed.error or ""), refreshed
+    assert sent.startswith(b"GET /healthz") and agents[0].token.encode() not in sent and b"Authorization" not in sent
 
 
 def test_tls_options_are_checked_before_serving(tmp_path):
