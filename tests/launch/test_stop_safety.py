@@ -83,6 +83,29 @@ def test_stop_of_a_finished_run_leaves_a_reused_group_id_and_the_record_alone(tm
     assert "already finished (succeeded)" in done.stderr
 
 
+def test_attach_to_a_finished_run_follows_nothing_and_leaves_the_record_alone(tmp_path, stranger):
+    """``--attach`` of a final record used to reconnect, mark the run ``running`` and supervise it again. Now it names
+    how each node ended and where its log is, signals and writes nothing, and exits as the run did."""
+    config = default_config(hostname=socket.gethostname(), python=sys.executable, token_file=str(tmp_path / "token"))
+    config.nodes[0].agent_port = _free_port()
+    node = config.nodes[0].name
+    where = tmp_path / "a"
+    for run_id, status, code in (("20260101-000000-a1a1", "succeeded", 0), ("20260101-000000-a1a2", "failed", 1)):
+        record = RunRecord.create(where / "runs", run_id, cluster=config.cluster.name, config=config.model_dump(mode="json"))
+        record.update_node(node, host="127.0.0.1", pgid=stranger.pid, pgid_start=start_time(stranger.pid),
+                           rundir=str(tmp_path / "work" / "runs" / run_id), state="exited", exit=str(code))
+        record.update(status=status, exit_code=code, reason="as recorded")
+        before = record.path.read_bytes()
+
+        done = _cli("--attach", run_id, cwd=tmp_path, home=tmp_path)  # another directory: found through the index
+
+        assert done.returncode == code, done.stderr
+        assert f"already finished ({status})" in done.stderr and f"{node}.log" in done.stderr, done.stderr
+        assert ("ftwiz --why " + run_id in done.stderr) == (status == "failed"), done.stderr
+        assert record.path.read_bytes() == before, "attaching to a finished run must not write its record"
+        assert _alive(stranger)
+
+
 def test_stop_of_a_live_run_leaves_a_group_whose_leader_started_at_another_time(tmp_path, stranger):
     """A detached (live) run's record names a group id now led by an unrelated process (another start time):
     `ftwiz --stop` signals nothing of it — the run's processes are found by their tag, and there are none."""

@@ -314,10 +314,12 @@ def attach(config: FtwizConfig, run_id: Optional[str], *, options: Optional[RunO
         _err(f"ERROR: no run to attach to under {base}/; name one: ftwiz --attach RUN_ID")
         return EXIT_USAGE
     try:
-        _record, config = find_stored(run_id, options, config)
+        record, config = find_stored(run_id, options, config)
     except RunNotFound as exc:
         _err(f"ERROR: {exc}")
         return EXIT_USAGE
+    if record.model.status in ENDED:
+        return _report_ended(record)
     try:
         run = Run.attach(config, run_id, options=options)
     except LaunchError as exc:
@@ -327,6 +329,19 @@ def attach(config: FtwizConfig, run_id: Optional[str], *, options: Optional[RunO
     with _signals(run):
         result = run.supervise()
     return result.exit_code
+
+
+def _report_ended(record: RunRecord) -> int:
+    """``--attach`` of a run whose record is final: nothing is followed or supervised and ``run.json`` is not written;
+    each node's end and log are named. Exit 0 for a run that succeeded, 1 otherwise."""
+    model = record.model
+    _err(f"run {model.run_id} already finished ({model.status.value}): nothing to attach to; {record.path} is unchanged")
+    for name, node in model.nodes.items():
+        ended = node.exit_description or node.exit or node.state or "no exit recorded"
+        _err(f"  {name}: {ended}; log {record.dir / f'{name}.log'}")
+    if model.status is not RunStatus.SUCCEEDED:
+        _err(f"why it ended: ftwiz --why {model.run_id}")
+    return EXIT_OK if model.status is RunStatus.SUCCEEDED else EXIT_FAILED
 
 
 def stop(config: FtwizConfig, run_id: str, *, options: Optional[RunOptions] = None) -> int:
