@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import stat
 import time
 from pathlib import Path
 
@@ -40,6 +41,14 @@ def test_allreduce_through_srun_then_the_job_is_cancelled(slurm3: SlurmCluster, 
     # The node-side logs are on the shared workdir, each node under its own directory.
     work = slurm3.shared_dir / "work"
     assert all((work / f"node{i}" / "runs" / ftwiz.run_id() / f"node{i}.log").is_file() for i in range(3))
+    # Secrets stay private on the shared workdir (issue 18, finding 4): what the keeper and the node side wrote there
+    # is the user's alone — run dirs 0700, files 0600 (job.json and <node>.sh hold [job].env).
+    for i in range(3):
+        rundir = work / f"node{i}" / "runs" / ftwiz.run_id()
+        assert stat.S_IMODE(rundir.stat().st_mode) == 0o700, rundir
+        files = [p for p in rundir.iterdir() if p.is_file()]
+        assert {f"node{i}.log", f"node{i}.sh"} <= {p.name for p in files}, files
+        assert not [p.name for p in files if stat.S_IMODE(p.stat().st_mode) & 0o077], [(p.name, oct(p.stat().st_mode)) for p in files]
     assert slurm3.wait_job_state(ftwiz.job_id(), {"CANCELLED"}, timeout=30) == "CANCELLED"
     assert wait_until(lambda: not run_pids(ftwiz.run_id()), 30) is not None
     assert not list(REPO_ROOT.glob(f"slurm-{ftwiz.job_id()}.out"))  # the holding job writes nothing in the cwd
