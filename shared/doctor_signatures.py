@@ -86,10 +86,13 @@ class Signature:
     """The public thread (or document) where this line was seen."""
     fix: str = ""
     """A fix for this line in particular (else the cause's fix in :data:`FIXES`)."""
+    until: re.Pattern[str] | None = None
+    """For a wait or a retry: a later line of the same log that says it succeeded (the line is then no evidence)."""
 
 
-def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False, fix: str = "") -> Signature:
-    return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source, fix)
+def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False, fix: str = "", until: str = "") -> Signature:
+    return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source, fix,
+                     re.compile(until, re.IGNORECASE) if until else None)
 
 
 _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torch has no NCCL): use the gloo backend there — "
@@ -146,10 +149,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- rendezvous
     _sig("rendezvous", r"RendezvousConnectionError|The connection to the C10d store has failed", 8,
          "https://github.com/pytorch/pytorch/issues/67547"),
-    _sig("rendezvous", r"RendezvousTimeoutError|The client socket has timed out after \d+ ?ms while trying to connect|"
+    _sig("rendezvous", r"RendezvousTimeoutError|The client socket has timed out after \d+ ?m?s while trying to connect|"
          r"The client socket has failed to connect to|"
          r"connect\(\) timed out\. Original timeout", 8,
-         "https://github.com/intel/torch-xpu-ops/issues/2119"),
+         "https://github.com/intel/torch-xpu-ops/issues/2119; hpcaitech/ColossalAI#4009 (c10d's E line in seconds: 'after 60s')"),
     _sig("rendezvous", r"RendezvousClosedError", 3, "https://github.com/kubeflow/trainer/issues/1638", echo=True),
     _sig("rendezvous", r"\(errno: 11[13] - (?:Connection refused|No route to host)\)|[Ww]ait timeout after \d+ ?ms, keys:", 7,
          "c10d's TCPStore: the store's port refuses or cannot be routed to, or a key never arrives during init"),
@@ -158,7 +161,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "OpenRLHF/OpenRLHF#1040, Liuziyu77/Visual-RFT#123 (the store waits for clients that never join)"),
     # still waiting in init_process_group's store barrier when the log ends: a rank never joined (or two jobs share a store)
     _sig("rendezvous", r"Waiting in store based barrier to initialize process group", 4,
-         "Lightning-AI/pytorch-lightning#4420, ultralytics/yolov5#4574 (worker_count never reaches world_size)"),
+         "Lightning-AI/pytorch-lightning#4420, ultralytics/yolov5#4574 (worker_count never reaches world_size)",
+         until=r"Completed store-based barrier"),
     # --- port taken
     _sig("port.in_use", r"errno: 98 - Address already in use|EADDRINUSE|address already in use", 10,
          "https://github.com/meta-pytorch/torchtune/issues/392"),
@@ -241,7 +245,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex); a scale halved down "
          "to 4 or less is past any warm-up (which starts at 2**16 or 2**32): ymcui/Chinese-LLaMA-Alpaca#534"),
     # --- DDP / FSDP usage
-    _sig("ddp.usage", r"Expected to have finished reduction in the prior iteration|find_unused_parameters|"
+    # (the bare parameter name is no evidence: config dumps and launcher command lines print ddp_find_unused_parameters)
+    _sig("ddp.usage", r"Expected to have finished reduction in the prior iteration|keyword argument .?find_unused_parameters=True|"
          r"parameters that were not used in producing loss|DDP expects same model across all ranks|"
          r"appears not to match (?:strides|sizes) of the same param|FSDP .* (?:wrap|shard)", 9,
          "https://github.com/pytorch/pytorch/issues/57473"),
@@ -277,9 +282,12 @@ NORMAL: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p i
     r"Gradient overflow\.\s+Skipping step(?!.*reducing loss scale to (?:0\.|\d(?:\.\d+)?e-|[0-4](?:\.0+)?(?!\.?\d)))",
     r"OVERFLOW! Rank \d+ Skipping step\.(?!.*reducing to [0-4](?:\.0+)?(?!\.?\d))",
     r"Setting OMP_NUM_THREADS environment variable",
-    # c10d's socket warnings: a client retrying the store before the master is up (a failure ends in an error line)
-    r"^\s*\[?W(?:\d{4} [\d:.]+(?: +\d+)?)? (?:\S+/)?socket\.cpp:\d+\] \[c10d\] "
-    r"(?:The client socket has (?:timed out|failed to connect)|The hostname of the client socket)",
+    # c10d's socket warnings (W, not E): a client retrying the store before the master is up, whatever prefix the launcher
+    # puts before them (``[rank0]:``, torchx's ``trainer/0 [1]:``); a failure ends in an E line or an exception
+    r"\[?W(?:\d{4} [\d:.]+(?: +\d+)?)? (?:\S+/)?socket\.cpp:\d+\] \[c10d\] "
+    r"(?:The client socket has (?:timed out|failed to connect)|The hostname of the client socket|The server socket .* will retry)",
+    # DDP's performance note on a flag that found nothing to do (the run goes on): reducer.cpp's W line
+    r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused parameters",
     r"^\*{5,}$",
 ))
 #: Warnings: normal unless they carry a certain signature (weight >= :data:`WARNING_OVERRIDE`), as a

@@ -88,6 +88,38 @@ def test_a_healthy_log_gives_nothing(tmp_path):
     assert as_json([]) == {"diagnoses": []}
 
 
+def test_a_parameter_named_in_a_dump_or_a_performance_note_and_a_retried_socket_are_no_evidence(tmp_path):
+    """Healthy runs print DDP's flag in config dumps and launcher command lines, reducer.cpp's note that the flag found
+    nothing to do, and c10d's W lines while a client retries the store (behind whatever prefix the launcher adds)."""
+    path = _write(tmp_path, "node0.log", [
+        "[2024-03-24 04:07:20,231] [INFO] [runner.py:568:main] cmd = /opt/conda/bin/python3.10 -u -m deepspeed.launcher.launch "
+        "--master_port=29500 src/train_bash.py --ddp_timeout 1800000 --ddp_find_unused_parameters False --fp16 True",
+        "ddp_find_unused_parameters=None,",
+        "[W reducer.cpp:1346] Warning: find_unused_parameters=True was specified in DDP constructor, but did not find any "
+        "unused parameters in the forward pass. This flag results in an extra traversal of the autograd graph every iteration, "
+        "which can adversely affect performance. (function operator())",
+        "trainer/0 [1]:[W socket.cpp:558] [c10d] The client socket has failed to connect to [::ffff:10.0.0.5]:40323 "
+        "(errno: 111 - Connection refused).",
+        "[W416 15:12:21.131066630 socket.cpp:933] [c10d] The server socket on [::ffff:10.0.0.13]:38405 has timed out, will retry.",
+        "{'loss': 1.0887, 'learning_rate': 2.809917355371901e-06, 'epoch': 0.87}",
+    ])
+    assert diagnose_files([path]) == []
+    # the errors themselves still speak: DDP's unused-parameter error and c10d's E line (in seconds or milliseconds)
+    assert match_line("RuntimeError: ... You can enable unused parameter detection by passing the keyword argument "
+                      "`find_unused_parameters=True` to `torch.nn.parallel.DistributedDataParallel`")[0].cause == "ddp.usage"
+    assert match_line("[E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to "
+                      "(GPU03, 29500).")[0].cause == "rendezvous"
+
+
+def test_a_wait_in_the_store_barrier_that_completed_is_no_evidence(tmp_path):
+    waiting = ("INFO:root:Waiting in store based barrier to initialize process group for rank: 1, key: "
+               "store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:30:00)")
+    done = _write(tmp_path, "node0.log", [waiting, "INFO:root:Rank 1: Completed store-based barrier for key:store_based_barrier_key:1 with 2 nodes."])
+    assert diagnose_files([done]) == []
+    stuck = _write(tmp_path, "node1.log", [waiting, "INFO:root:Added key: store_based_barrier_key:1 to store for rank: 1"])
+    assert [d.cause for d in diagnose_files([stuck])] == ["rendezvous"]
+
+
 def _killed_run(tmp_path: Path, **record_extra) -> tuple[Path, dict]:
     run = tmp_path / "run"
     run.mkdir(parents=True)

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from shared.doctor_signatures import is_normal, match_line
+from shared.doctor_signatures import Signature, is_normal, match_line
 
 from .logs import protocol
 from .model import Finding, ReadLine
@@ -57,9 +57,14 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
     """Every finding in ``lines`` (one per matching line; a traceback is one finding)."""
     findings: list[Finding] = []
     open_tb: dict[tuple[str, int | None], _Traceback] = {}
+    waiting: dict[str, list[tuple[Finding, Signature]]] = {}  # per file: waits and retries not yet seen to succeed
     for line in lines:
         stream = (line.file, line.rank)
         text = line.text
+        for wait, sig in list(waiting.get(line.file, ())):
+            if sig.until is not None and sig.until.search(text):  # the wait ended well: that line was no evidence
+                findings.remove(wait)
+                waiting[line.file].remove((wait, sig))
         if text.startswith("Traceback (most recent call last):") or _IPY_HEAD_RE.match(text):
             open_tb[stream] = _Traceback(line, ipython=not text.startswith("Traceback"))
             continue
@@ -102,6 +107,8 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
             summary = _PID_RE.search(text) if sig.cause == "oom.host" else None
             detail = f"pid {summary.group(1)} was killed by SIGKILL" if summary else ""  # torchrun's summary: checked like a kill line
             findings.append(Finding(sig.cause, sig.weight, sig.echo, line, detail=detail, source=sig.source, fix=sig.fix))
+            if sig.until is not None:
+                waiting.setdefault(line.file, []).append((findings[-1], sig))
     return findings
 
 

@@ -92,7 +92,7 @@ KEYWORDS: tuple[bytes, ...] = (
     b"ready only once", b"twice", b"did not receive", b"flatten", b"oom",
     b"restrict", b"authenticat", b"name resolution", b"not known", b"getaddrinfo", b"exhausted", b"ipc", b"retry counter",
     b"not compiled", b"not compatible", b"glibc", b"require", b"max retries", b"import", b"sigbus", b"acsctl", b"ibv_",
-    b"multi gpu",
+    b"multi gpu", b"barrier",
 )
 def open_regular(path: Path) -> int:
     """An fd open for reading on ``path``; :class:`NotARegularFile` for a FIFO, device or directory (never blocks)."""
