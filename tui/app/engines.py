@@ -101,10 +101,7 @@ def plan_job(config: FtwizConfig, cluster: "ClusterState") -> JobPlan:
         if job.workload == "command":
             return JobPlan(note=f"Your code's model is not declared: {DECLARE_HINT}.", advice_note="Nothing declared to route.")
         return JobPlan(note=f"workload {job.workload}: no model to fit in memory.", advice_note="The all-reduce check needs no plan.")
-    try:
-        from shared import estimator
-    except ImportError:
-        return JobPlan(note="The memory estimator (shared/estimator.py) is not in this build.")
+    from shared import estimator
     from tui.checks.resources import resolve_arch
     from tui.jobshape import gpu_inventory, world_size
 
@@ -166,11 +163,9 @@ def _same(a: FitRow, b: FitRow) -> bool:
 
 def _advice(config: FtwizConfig, inventory: dict[str, list[Any]], arch: Any, reports: dict[str, Any]) -> tuple[list[Any], str]:
     """Routing advice for the job over the GPUs each node will use (each item carries its reason)."""
-    try:
-        from shared import routing
-        from tui.jobshape import interconnect
-    except ImportError:
-        return [], "The routing rules (shared/routing.py) are not in this build."
+    from shared import routing
+    from tui.jobshape import interconnect
+
     try:
         return list(routing.advise(inventory, interconnect(config, reports), arch, config.job)), ""
     except Exception as exc:  # a rules bug must not take the form down

@@ -75,13 +75,11 @@ def _unreadable(path: Path) -> str | None:
 
 def _kernel(config_path: str | None) -> KernelLookup | None:
     """The agents' kernel lookup when a config loads; None (unconfirmed) otherwise."""
-    try:
-        from shared.config import ConfigError
-        from tui.config_io import load_config
+    from shared.config import ConfigError
+    from tui.config_io import load_config
 
-        from .kernel import agent_kernel_lookup
-    except ImportError:
-        return None
+    from .kernel import agent_kernel_lookup
+
     try:
         loaded: Any = load_config(config_path)
     except ConfigError as exc:
