@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from shared.config import FtwizConfig, JobConfig, NodeConfig
-from tui.launch.plan import build_plan, make_payload, node_processes, quote_path, start_script
+from tui.jobshape import node_processes
+from tui.launch.plan import build_plan, make_payload, quote_path, start_script
 
 
 def _config(**kw) -> FtwizConfig:
@@ -196,7 +197,7 @@ def test_node_helper_unpacks_its_files_then_the_shared_code_tar_private_to_the_u
     import os
     import stat
 
-    from tui.launch.codeship import collect_code
+    from tui.codeship import collect_code
     from tui.launch.plan import Payload, send_payload
 
     code = tmp_path / "code-src"

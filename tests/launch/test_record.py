@@ -12,10 +12,10 @@ from shared.syncplan import SyncForecast
 from tui.checks.base import CheckResult
 from tui.launch.options import RunOptions
 from tui.launch.progress import format_progress
-from tui.launch.record import RunRecord, latest_run_id
+from tui.runs.record import RunRecord, latest_run_id
 from tui.launch.run import Run
-from tui.launch.runindex import RunNotFound
-from tui.launch.status import RunStatus
+from tui.runs.index import RunNotFound
+from tui.runs.status import RunStatus
 
 
 def test_opening_a_record_never_writes_it(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from shared.config import FtwizConfig, JobConfig, NodeConfig
-from tui.launch.codeship import CodeDirError, collect_code, resolve_code_dir
+from tui.codeship import CodeDirError, collect_code, resolve_code_dir
 from tui.launch.nodefiles import node_files
 from tui.launch.plan import build_plan, start_script
 
@@ -221,7 +221,7 @@ def test_llamafactory_tail_turns_records_into_progress_lines(tmp_path):
 
 
 def test_code_dir_is_relative_to_the_config_file(tmp_path):
-    from tui.launch.codeship import anchor_code_dir
+    from tui.codeship import anchor_code_dir
 
     job = JobConfig(workload="command", command=["train.py"], code_dir="src")
     anchor_code_dir(job, tmp_path / "proj" / "ftwiz.toml")

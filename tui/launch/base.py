@@ -46,12 +46,12 @@ from tui.launch.messages import (
 from tui.launch.options import RunOptions
 from tui.launch.plan import NodePlan
 from tui.launch.progress import ProgressModel, ProgressSnapshot, parse_protocol, split_rank
-from tui.launch.record import RunRecord
 from tui.launch.runner import NodeRunner
-from tui.launch.status import RunStatus
 from tui.launch.supervisor import Supervisor, Timing, WorkerFailure
 from tui.launch.support import explain
 from tui.launch.trainer_output import BarCollapser
+from tui.runs.record import RunRecord
+from tui.runs.status import RunStatus
 
 __all__ = ["RunCore"]
 

@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Callable, Optional, Union
 
 from tui.launch.progress import ProgressSnapshot
-from tui.launch.status import RunStatus
+from tui.runs.status import RunStatus
 
 __all__ = [
     "Event",

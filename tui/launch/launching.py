@@ -19,9 +19,9 @@ from tui.launch.nodefiles import node_files
 from tui.launch.options import LaunchError
 from tui.launch.plan import Payload
 from tui.launch.runner import NodeRunner
-from tui.launch.status import RunStatus
 from tui.launch.stopping import StopMixin
 from tui.launch.support import workload_files
+from tui.runs.status import RunStatus
 
 __all__ = ["LaunchMixin"]
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 
 from shared.config import FtwizConfig, NodeConfig
 from shared.redact import masked_env
-from tui.launch.codeship import bundle_for_run, resolve_code_dir
+from tui.codeship import bundle_for_run, resolve_code_dir
 from tui.launch.plan import NodePlan, Payload, build_plan, start_script
 
 __all__ = ["NodeFiles", "add_user_code", "node_files"]
@@ -96,7 +96,7 @@ def add_user_code(built: NodeFiles, config: FtwizConfig, *, run_id: str, config_
     """``workload = "command"``: ship ``[job].code_dir`` as ``code/`` and record what shipped (``run.json`` → ``code``).
 
     ``code_dir`` resolves against ``config_dir`` (the directory of ftwiz.toml; the current directory when
-    None). Raises :class:`tui.launch.codeship.CodeDirError` (over the cap, missing): nothing starts then.
+    None). Raises :class:`tui.codeship.CodeDirError` (over the cap, missing): nothing starts then.
     """
     job = config.job
     if job.workload != "command":

@@ -13,9 +13,9 @@ from typing import Any, Mapping, Optional
 
 from shared.config import FtwizConfig
 from tui.launch.options import LaunchError, RunOptions
-from tui.launch.record import RunRecord, latest_run_id, runs_dir
 from tui.launch.run import Run
-from tui.launch.runindex import RunNotFound
+from tui.runs.index import RunNotFound
+from tui.runs.record import RunRecord, latest_run_id, runs_dir
 
 __all__ = ["ResumeFrom", "listener_deadline", "new_run", "resume_from"]
 

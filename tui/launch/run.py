@@ -38,10 +38,10 @@ from tui.exitcodes import EXIT_OK
 from tui.launch.detached import DetachedMixin
 from tui.launch.events import RunNodeState, RunResult
 from tui.launch.options import LaunchError, RunOptions
-from tui.launch.record import RunRecord, new_run_id, runs_dir
-from tui.launch.status import RunStatus
 from tui.launch.supervisor import Detach, Keep, StallFound, StopAll, Succeed
 from tui.launch.support import plan_network
+from tui.runs.record import RunRecord, new_run_id, runs_dir
+from tui.runs.status import RunStatus
 
 __all__ = ["LaunchError", "Run", "RunOptions"]
 
@@ -112,7 +112,7 @@ class Run(DetachedMixin):
         """Reconnect to a detached run: replay every node's log from the start and supervise again.
 
         Raises :class:`LaunchError` when a node cannot be reached or holds no such run, and
-        :class:`tui.launch.runindex.RunNotFound` when there is no record under the runs directory; the
+        :class:`tui.runs.index.RunNotFound` when there is no record under the runs directory; the
         stored record is then left exactly as it was (and none is made).
         """
         options = options or RunOptions()
