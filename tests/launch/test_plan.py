@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import subprocess
 
@@ -152,8 +153,7 @@ def test_node_helper_receives_the_job_and_starts_it_detached_on_go(tmp_path):
     config = _config(nodes=[NodeConfig(name="a", host="10.0.0.1", python="sleep", workdir=str(tmp_path))])
     rundir = tmp_path / "runs" / "r1"
     rundir.mkdir(parents=True)
-    plan = build_plan(config, "r1", rundirs={"a": str(rundir)})[0]
-    plan.argv = ["sleep", "30"]
+    plan = dataclasses.replace(build_plan(config, "r1", rundirs={"a": str(rundir)})[0], argv=["sleep", "30"])
     payload = make_payload({"a.sh": start_script(plan, str(rundir)).encode(), "pkg/x.py": b"X = 1\n"})
     helper = _helper("launch", "a", "1.0", cwd=rundir)
     try:

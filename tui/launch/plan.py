@@ -55,9 +55,9 @@ RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class NodePlan:
-    """What runs on one node."""
+    """What runs on one node (a slice of the launch plan: never changed once built)."""
 
     node: str
     """Node name."""
