@@ -234,7 +234,7 @@ class RunCore:
                 self.record.update(progress=dataclasses.asdict(self.progress.snapshot))
             elif kind == "note" and isinstance(obj.get("balance"), dict):
                 self.record.update(balance=obj["balance"])
-        self._emit(LogLine(node, rank, text, time.time()))
+        self._emit(LogLine(node, rank, text, time.time(), obj))
 
     def _code_paths(self) -> CodePathMap:
         """Paths into the shipped code on the nodes → the user's ``code_dir`` (rebuilt when a node's run dir is known)."""

@@ -20,7 +20,7 @@ from tui.doctor.hook import WHY_PREFIX
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
 from tui.launch.prepare import new_run, resume_from
-from tui.launch.progress import format_progress, parse_protocol
+from tui.launch.progress import format_progress
 from tui.launch.run import LaunchError, Run, RunOptions
 from tui.launch.trainer_output import BarCollapser
 from tui.runs.index import RunNotFound, find_run
@@ -59,7 +59,7 @@ class HeadlessPrinter:
 
     def _print(self, event: Event) -> None:
         if isinstance(event, LogLine):
-            obj = parse_protocol(event.text)
+            obj = event.record
             kind = obj.get("ftwiz") if obj is not None else None
             if obj is not None and kind is not None and not self.show_protocol:
                 if kind == "started":
