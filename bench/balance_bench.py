@@ -90,7 +90,7 @@ def _launch(cluster: Any, base: Path, assets: dict[str, Path], steps: int, balan
     import os
 
     from tui.launch import commands
-    from tui.launch.record import latest_run_id
+    from tui.runs.record import latest_run_id
 
     runs = base / "runs"
     os.environ["FTWIZ_RUNS_DIR"] = str(runs)

@@ -69,7 +69,7 @@ def tee_seconds(updates: int) -> float:
 
 
 def ignore_seconds() -> float:
-    from tui.launch.codeship import collect_code
+    from tui.codeship import collect_code
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

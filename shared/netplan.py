@@ -33,6 +33,7 @@ __all__ = [
     "match_ifname",
     "node_env",
     "parse_ifname",
+    "plan_env",
     "resolve_interfaces",
 ]
 
@@ -371,8 +372,11 @@ def node_env(
     mode it is ``socket_ifname`` verbatim. ``GLOO_SOCKET_IFNAME`` is always one exact name. A node with no
     usable interface gets no interface variables (the checklist reports why).
     """
-    plan = resolve_interfaces(config, reports, master_address=master_address)
-    ib = ib_plan(config, reports)
+    return plan_env(config, resolve_interfaces(config, reports, master_address=master_address), ib_plan(config, reports))
+
+
+def plan_env(config: FtwizConfig, plan: InterfacePlan, ib: IbPlan) -> dict[str, dict[str, str]]:
+    """:func:`node_env` from plans already made (the checklist's own, so the launch gets what it approved)."""
     env: dict[str, dict[str, str]] = {}
     for node in config.nodes:
         values: dict[str, str] = {}

@@ -9,6 +9,6 @@ import tempfile
 
 pytest_plugins = ["tests.cluster.fixtures"]
 
-# Every run record a test creates is added to the per-user run index (tui.launch.runindex): keep it out of the
+# Every run record a test creates is added to the per-user run index (tui.runs.index): keep it out of the
 # real home, one state directory per test session (subprocesses inherit it).
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="ftwiz-test-state-")

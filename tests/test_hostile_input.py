@@ -23,10 +23,10 @@ from shared.config import ConfigError, FtwizConfig, parse_config
 from shared.protocol import format_line, parse_line
 from tests.doctor.corpus import load_corpus
 from tui.doctor import diagnose_files
-from tui.launch.record import RunRecord, RunRecordModel
-from tui.launch.runindex import RunNotFound
-from tui.launch.status import RunStatus
-from tui.slurm.slurmctl import valid_job_id
+from tui.runs.record import RunRecord, RunRecordModel
+from tui.runs.index import RunNotFound
+from tui.runs.status import RunStatus
+from shared.slurmjob import valid_job_id
 
 FAST = settings(max_examples=60, deadline=timedelta(seconds=5), database=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -102,7 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _err(f"config error: {exc}")
         return EXIT_USAGE
     if args.check or args.launch or args.attach is not None or args.stop:
-        from tui.launch.codeship import anchor_code_dir
+        from tui.codeship import anchor_code_dir
 
         anchor_code_dir(loaded.config.job, loaded.path)  # [job].code_dir is relative to ftwiz.toml, not to the cwd
     if args.export_sbatch is not None:
@@ -325,7 +325,7 @@ def _named_run(args: argparse.Namespace, loaded: Any) -> int:
     config snapshot), never on whatever config loads here."""
     from tui.launch.commands import find_stored
     from tui.launch.options import RunOptions
-    from tui.launch.runindex import RunNotFound
+    from tui.runs.index import RunNotFound
 
     run_id = args.stop or args.attach
     options = RunOptions()

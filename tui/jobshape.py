@@ -7,12 +7,12 @@ check rows must never disagree because they counted differently.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Sequence
 
 from shared.config import FtwizConfig, NodeConfig
 from shared.routing import Interconnect
 
-__all__ = ["DECLARE_HINT", "gpu_inventory", "interconnect", "node_ranks", "planned", "planned_note", "selected_gpus", "world_size"]
+__all__ = ["DECLARE_HINT", "gpu_inventory", "interconnect", "node_processes", "node_ranks", "planned", "planned_note", "selected_gpus", "world_size"]
 
 
 #: The keys that describe the model a user's own code trains (the memory-fit and routing checks read them).
@@ -63,6 +63,35 @@ def node_ranks(node: NodeConfig, report: Any) -> int:
     if isinstance(node.gpus, list):
         return max(1, len(node.gpus))
     return 1
+
+
+def node_processes(node: NodeConfig, gpu_indices: Optional[Sequence[int]]) -> tuple[int, Optional[str]]:
+    """How many processes ``node`` runs and its ``CUDA_VISIBLE_DEVICES``.
+
+    ``gpu_indices`` are the GPUs the node's agent reported (None when unknown, ``[]`` for none).
+    A list selects exactly those GPUs; a count takes the first N reported GPUs, or runs N CPU
+    processes on a GPU-less node; ``"all"`` takes every GPU, or one CPU process. ``gpus = 0`` runs
+    one CPU process with the GPUs hidden; ``cpu_ranks = N`` runs N CPU processes with the GPUs hidden
+    (the workloads then pick gloo).
+    """
+    if node.cpu_ranks is not None:
+        return node.cpu_ranks, ""
+    have = list(gpu_indices or [])
+    if isinstance(node.gpus, list):
+        if not node.gpus:
+            return 1, ""
+        return len(node.gpus), ",".join(str(i) for i in node.gpus)
+    if node.gpus == "all":
+        if have:
+            return len(have), ",".join(str(i) for i in have)
+        return 1, None
+    count = int(node.gpus)
+    if count == 0:
+        return 1, ""
+    if have:
+        chosen = have[:count]
+        return len(chosen), ",".join(str(i) for i in chosen)
+    return count, None
 
 
 def world_size(config: FtwizConfig, reports: Mapping[str, Any]) -> int:

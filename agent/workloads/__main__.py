@@ -60,6 +60,11 @@ def run_spec(path: str, *, resume: str | None = None) -> int:
             from . import allreduce
 
             code = allreduce.run(spec, ranks, backend)
+        elif spec["sharding"] == "fsdp" or spec["balance"] == "auto":
+            from . import fsdp_train
+
+            assert plan is not None, "preflight ran for every sft workload above"
+            code = fsdp_train.run(spec, ranks, plan)
         else:
             assert plan is not None, "preflight ran for every sft workload above"
             code = sft.run(spec, ranks, plan)

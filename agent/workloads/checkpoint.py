@@ -1,6 +1,6 @@
 """Sharded checkpoints of an FSDP run with ``torch.distributed.checkpoint`` on nodes that share no disk.
 
-Layout of ``output_dir/checkpoint-N`` (the same name the DDP path uses, so ``sft.checkpoint_steps`` and the
+Layout of ``output_dir/checkpoint-N`` (the same name the DDP path uses, so :func:`checkpoint_steps` and the
 launcher's ``checkpoint`` lines apply unchanged):
 
 - ``__R_0.distcp``       rank R's shard of the model and optimizer states (written by DCP on rank R's node);
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,23 @@ from .errors import WorkloadError
 
 METADATA = ".metadata"
 STATE = "trainer_state.json"
+CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+
+
+def checkpoint_steps(output_dir: Path) -> list[int]:
+    """Steps of the complete ``checkpoint-N`` dirs in ``output_dir`` (those with trainer_state.json), ascending.
+
+    The HF Trainer (DDP) and :func:`save` (FSDP) both write ``trainer_state.json`` last, so its presence marks
+    a checkpoint complete on this node whichever path wrote it.
+    """
+    if not output_dir.is_dir():
+        return []
+    steps = []
+    for child in output_dir.iterdir():
+        match = CHECKPOINT_DIR.fullmatch(child.name)
+        if match and (child / STATE).is_file():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
 
 
 def save(model, optimizer, directory: Path, state: dict[str, Any], *, rank: int) -> None:

@@ -130,3 +130,10 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def peak_memory(backend: str) -> dict[str, int]:
+    """``{"peak_allocated_bytes": N}`` on CUDA (``torch.cuda.max_memory_allocated``, what the estimator predicts), else ``{}``."""
+    import torch
+
+    return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated())} if backend == "nccl" else {}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import balancing, checkpoint
-from .dist import Ranks
+from .dist import Ranks, peak_memory
 from .errors import note
 from .fsdp import shard, shard_report
 from .protocol import emit
@@ -151,13 +151,6 @@ def run(spec: Spec, ranks: Ranks, plan: Any) -> int:
     return 0
 
 
-def peak_memory(backend: str) -> dict[str, int]:
-    """``{"peak_allocated_bytes": N}`` on CUDA (``torch.cuda.max_memory_allocated``, what the estimator predicts), else ``{}``."""
-    import torch
-
-    return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated())} if backend == "nccl" else {}
-
-
 def _micro_batches(loader, sampler, *, skip: int) -> Iterator[dict]:
     """Micro batches forever, epoch after epoch, after skipping the ``skip`` a resumed run already trained on."""
     epoch = 0
@@ -185,9 +178,7 @@ def _save(model, optimizer, scheduler, spec: Spec, output_dir: Path, step: int, 
 def _prune(output_dir: Path, *, keep: int) -> None:
     import shutil
 
-    from .sft import checkpoint_steps
-
-    for old in checkpoint_steps(output_dir)[:-keep]:
+    for old in checkpoint.checkpoint_steps(output_dir)[:-keep]:
         shutil.rmtree(output_dir / f"checkpoint-{old}", ignore_errors=True)
 
 

@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from .checkpoint import checkpoint_steps
 from .data import PaddingCollator, TokenDataset, read_records, tokenize_records
-from .dist import Ranks
+from .dist import Ranks, peak_memory
 from .errors import WorkloadError, note
 from .protocol import emit
 from .spec import Spec
 
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "paged_adamw_8bit": "paged_adamw_8bit"}
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
-CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 QLORA_ON_CPU = 'QLoRA needs a CUDA GPU (bitsandbytes 4-bit): use method = "lora" on CPU'
 
 
@@ -51,6 +51,8 @@ def preflight(spec: Spec) -> Plan:
 
     cuda = torch.cuda.is_available()
     notes: list[str] = []
+    if spec.job.get("sharding_reason"):
+        notes.append(f'sharding = "auto" -> {spec["sharding"]}: {spec.job["sharding_reason"]}')
     if spec["method"] == "qlora" and not cuda:
         raise WorkloadError(QLORA_ON_CPU)
     model, is_local = resolve_model(spec)
@@ -98,13 +100,10 @@ def _precision(wanted: str, cuda: bool, notes: list[str]) -> tuple[bool, bool]:
 
 
 def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
-    """Train; return the exit code. The process group is already up. ``sharding = "fsdp"`` goes to :mod:`.fsdp_train`."""
-    if ranks.is_main and spec.job.get("sharding_reason"):
-        note(f'sharding = "auto" -> {spec["sharding"]}: {spec.job["sharding_reason"]}', rank=ranks.rank)
-    if spec["sharding"] == "fsdp" or spec["balance"] == "auto":
-        from . import fsdp_train
+    """Train with the HF Trainer (DDP); return the exit code. The process group is already up.
 
-        return fsdp_train.run(spec, ranks, plan)
+    ``sharding = "fsdp"`` and ``balance = "auto"`` runs go to :func:`.fsdp_train.run` instead (see ``__main__``).
+    """
     quiet_libraries()
     import torch
     from transformers import Trainer
@@ -142,8 +141,6 @@ def run(spec: Spec, ranks: Ranks, plan: Plan) -> int:
     trainer.remove_callback(ProgressCallback)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     final = _save_final(trainer, tokenizer, plan.output_dir, spec.run_id)
-    from .fsdp_train import peak_memory
-
     done: dict[str, Any] = {"status": "ok", **peak_memory("nccl" if plan.cuda else "gloo")}
     if ranks.is_main:
         done.update(adapter_path=str(final), step=trainer.state.global_step)
@@ -312,18 +309,6 @@ def _resume_checkpoint(spec: Spec, output_dir: Path, ranks: Ranks) -> Optional[P
         why = f"checkpoints {seen} are not on every node" if seen else f"no checkpoint in {output_dir}"
         note(f"resume = auto: {why}; starting at step 0", rank=ranks.rank)
     return None
-
-
-def checkpoint_steps(output_dir: Path) -> list[int]:
-    """Steps of the complete ``checkpoint-N`` dirs in ``output_dir`` (those with trainer_state.json), ascending."""
-    if not output_dir.is_dir():
-        return []
-    steps = []
-    for child in output_dir.iterdir():
-        match = CHECKPOINT_DIR.fullmatch(child.name)
-        if match and (child / "trainer_state.json").is_file():
-            steps.append(int(match.group(1)))
-    return sorted(steps)
 
 
 def _save_final(trainer, tokenizer, output_dir: Path, run_id: str) -> Path:

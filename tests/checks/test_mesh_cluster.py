@@ -163,7 +163,7 @@ step, the measured/forecast ratio ranged 1.11-1.44 between runs here)."""
 @pytest.mark.slow
 def test_forecast_follows_the_measured_sync_of_a_full_finetune(cluster, tmp_path, monkeypatch, tiny_assets):  # noqa: F811
     from tui.launch import commands
-    from tui.launch.record import latest_run_id
+    from tui.runs.record import latest_run_id
 
     model = _sync_model(tiny_assets["model"], tmp_path / "sync-model")
     runs = tmp_path / "runs"

@@ -9,7 +9,7 @@ from tui.app.render import Palette
 from tui.app.widgets.launch.run_outcome import RunOutcome
 from tui.doctor import Diagnosis, Evidence, format_first
 from tui.launch.events import RunResult
-from tui.launch.status import RunStatus
+from tui.runs.status import RunStatus
 
 
 class _Harness(App):

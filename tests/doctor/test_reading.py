@@ -17,7 +17,7 @@ from tui.doctor.cli import why_main
 from tui.doctor.logs import read_log
 from tui.launch.commands import attach
 from tui.launch.options import RunOptions
-from tui.launch.record import latest_run_id
+from tui.runs.record import latest_run_id
 
 _OOM = "[rank3]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
 

@@ -175,7 +175,7 @@ def test_the_headless_printer_ends_a_failed_run_with_the_first_diagnosis():
     from tui.doctor.hook import WHY_PREFIX, why_note
     from tui.launch.commands import HeadlessPrinter
     from tui.launch.events import RunFinished, RunNote, RunResult
-    from tui.launch.status import RunStatus
+    from tui.runs.status import RunStatus
 
     out, err = io.StringIO(), io.StringIO()
     printer = HeadlessPrinter(out, err)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.launch.conftest import REPO, long_allreduce, run_pids, wait_until
 from tui.launch import commands
-from tui.launch.record import latest_run_id
+from tui.runs.record import latest_run_id
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from tests.launch.conftest import run_pids, wait_until
 from tests.tui.agents import LoopbackCluster, start_agents
 from tui.launch import commands
 from tui.launch.options import LaunchError, RunOptions
-from tui.launch.record import RunRecord, latest_run_id
+from tui.runs.record import RunRecord, latest_run_id
 from tui.launch.run import Run
 
 NODES = ("n1", "n2", "n3")

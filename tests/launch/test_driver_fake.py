@@ -22,7 +22,7 @@ from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from tui.launch.events import Event, LogLine, RunNodeState, NodeStateChanged, RunNote, RunResult
 from tui.launch.options import LaunchError, RunOptions
 from tui.launch.run import Run
-from tui.launch.status import RunStatus
+from tui.runs.status import RunStatus
 
 NODES = ["a", "b"]
 STALL_S = 60.0

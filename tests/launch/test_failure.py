@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tui.launch.failure import FailureTracker, describe_exit, describe_worker_exit, is_stack_dump
+from shared.torchrun_failures import describe_worker_exit, is_stack_dump
+from tui.launch.failure import FailureTracker, describe_exit
 
 
 def _summary(failures: list[tuple[int, int, str]], root: tuple[int, int, str]) -> list[str]:
@@ -81,3 +82,29 @@ def test_a_peers_abort_reported_first_does_not_hide_the_killed_rank():
         line = f"E1124 01:10:00.000000 1 api.py:1002] failed (exitcode: {exitcode}) local_rank: {local} (pid: {pid}) of binary: /venv/bin/python"
         tracker.observe(node, None, line, f"{node}/- | {line}", chatter=False, pid_ranks={101: 1, 202: 2})
     assert tracker.attribute("node0", None, rank_nodes={1: "node0", 2: "node1"}) == ("node1", 2)
+
+
+def test_one_parser_reads_torchrun_failure_lines_for_the_run_and_for_why(tmp_path):
+    """shared.torchrun_failures is what the live blame and --why both read torchrun's failure lines with."""
+    from shared.torchrun_failures import root_cause_rank, says_a_worker_failed, summary_exit, worker_failed
+    from tui.doctor import diagnose_files
+
+    early = "[E ... api.py:869] failed (exitcode: -9) local_rank: 5 (pid: 2630) of binary: /usr/bin/python"
+    failed = worker_failed(early)
+    assert failed is not None and (failed.exitcode, failed.local_rank, failed.pid) == (-9, 5, 2630)
+    assert worker_failed("rank 0 failed to connect") is None
+    assert root_cause_rank("  rank      : 3 (local_rank: 1)") == (3, 1)
+    ended = summary_exit("  exitcode  : -9 (pid: 2630)")
+    assert ended is not None and (ended.exitcode, ended.pid) == (-9, 2630)
+    ended = summary_exit("  exitcode  : 1")
+    assert ended is not None and (ended.exitcode, ended.pid) == (1, None)
+    assert says_a_worker_failed(early) and says_a_worker_failed("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:")
+    assert not says_a_worker_failed("  exitcode  : 0")
+
+    tracker = FailureTracker(["n"])
+    live = tracker.observe("n", None, early, "n/- | " + early, chatter=False, pid_ranks={2630: 7})
+    assert live is not None and (live["rank"], live["exitcode"]) == (7, -9)
+    log = tmp_path / "n.log"
+    log.write_text(f"n/- | {early}\n")
+    found = diagnose_files([log])
+    assert found and found[0].cause == "oom.host" and "pid 2630 was killed by SIGKILL" in str(found[0].as_dict())

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import subprocess
 
 import pytest
 
 from shared.config import FtwizConfig, JobConfig, NodeConfig
-from tui.launch.plan import build_plan, make_payload, node_processes, quote_path, start_script
+from tui.jobshape import node_processes
+from tui.launch.plan import build_plan, make_payload, quote_path, start_script
 
 
 def _config(**kw) -> FtwizConfig:
@@ -151,8 +153,7 @@ def test_node_helper_receives_the_job_and_starts_it_detached_on_go(tmp_path):
     config = _config(nodes=[NodeConfig(name="a", host="10.0.0.1", python="sleep", workdir=str(tmp_path))])
     rundir = tmp_path / "runs" / "r1"
     rundir.mkdir(parents=True)
-    plan = build_plan(config, "r1", rundirs={"a": str(rundir)})[0]
-    plan.argv = ["sleep", "30"]
+    plan = dataclasses.replace(build_plan(config, "r1", rundirs={"a": str(rundir)})[0], argv=["sleep", "30"])
     payload = make_payload({"a.sh": start_script(plan, str(rundir)).encode(), "pkg/x.py": b"X = 1\n"})
     helper = _helper("launch", "a", "1.0", cwd=rundir)
     try:
@@ -196,7 +197,7 @@ def test_node_helper_unpacks_its_files_then_the_shared_code_tar_private_to_the_u
     import os
     import stat
 
-    from tui.launch.codeship import collect_code
+    from tui.codeship import collect_code
     from tui.launch.plan import Payload, send_payload
 
     code = tmp_path / "code-src"

@@ -9,6 +9,11 @@ from tui.launch.events import LogLine, RunNodeState, NodeStateChanged, ProgressC
 from tui.launch.progress import ProgressModel, format_progress, parse_protocol, split_rank
 
 
+def _line(node: str, rank, text: str, received: float) -> LogLine:
+    """A log line as the driver emits it: its protocol record parsed once, at the edge."""
+    return LogLine(node, rank, text, received, parse_protocol(text))
+
+
 def test_split_rank_and_parse_protocol():
     assert split_rank('[rank12]:{"ftwiz":"heartbeat","rank":12,"step":3}') == (12, '{"ftwiz":"heartbeat","rank":12,"step":3}')
     assert split_rank("W1122 torch warning") == (None, "W1122 torch warning")
@@ -56,9 +61,9 @@ def test_checkpoint_allreduce_and_done():
 def test_headless_printer():
     out, err = io.StringIO(), io.StringIO()
     printer = HeadlessPrinter(out, err)
-    printer(LogLine("node1", 2, '{"ftwiz":"started","rank":2,"local_rank":0,"world_size":4,"pid":9,"backend":"gloo"}', 0.0))
-    printer(LogLine("node1", 2, '{"ftwiz":"heartbeat","rank":2,"step":1}', 0.0))
-    printer(LogLine("node1", None, "W1122 a torchrun warning", 0.0))
+    printer(_line("node1", 2, '{"ftwiz":"started","rank":2,"local_rank":0,"world_size":4,"pid":9,"backend":"gloo"}', 0.0))
+    printer(_line("node1", 2, '{"ftwiz":"heartbeat","rank":2,"step":1}', 0.0))
+    printer(_line("node1", None, "W1122 a torchrun warning", 0.0))
     model = ProgressModel()
     model.update("node0", 0, {"ftwiz": "progress", "rank": 0, "step": 1, "total_steps": 10, "loss": 2.0})
     printer(ProgressChanged(model.snapshot))
@@ -78,8 +83,8 @@ def test_headless_printer():
 def test_node_side_errors_print_as_they_come_and_lead_the_failure():
     out, err = io.StringIO(), io.StringIO()
     printer = HeadlessPrinter(out, err)
-    printer(LogLine("here", 0, '{"ftwiz":"started","rank":0,"local_rank":0,"world_size":2,"pid":9,"backend":null}', 0.0))
-    printer(LogLine("here", 0, '{"ftwiz":"error","rank":0,"message":"trian.py not found in /p/code: did you mean train.py?"}', 0.0))
+    printer(_line("here", 0, '{"ftwiz":"started","rank":0,"local_rank":0,"world_size":2,"pid":9,"backend":null}', 0.0))
+    printer(_line("here", 0, '{"ftwiz":"error","rank":0,"message":"trian.py not found in /p/code: did you mean train.py?"}', 0.0))
     assert "here/0 | started: rank 0 of 2 (local 0, pid 9)\n" in out.getvalue()  # no "None" for a backend nobody named
     assert "here/0 | ERROR: trian.py not found in /p/code: did you mean train.py?" in out.getvalue()
     printer(RunFinished(RunResult("r1", "failed", 1, reason="rank 0 on here exited with code 2", failed_node="here", failed_rank=0)))

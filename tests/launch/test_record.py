@@ -12,10 +12,10 @@ from shared.syncplan import SyncForecast
 from tui.checks.base import CheckResult
 from tui.launch.options import RunOptions
 from tui.launch.progress import format_progress
-from tui.launch.record import RunRecord, latest_run_id
+from tui.runs.record import RunRecord, latest_run_id
 from tui.launch.run import Run
-from tui.launch.runindex import RunNotFound
-from tui.launch.status import RunStatus
+from tui.runs.index import RunNotFound
+from tui.runs.status import RunStatus
 
 
 def test_opening_a_record_never_writes_it(tmp_path):
@@ -66,7 +66,7 @@ def test_secrets_stay_private_run_dir_0700_files_0600_values_masked(tmp_path):
     import stat
 
     from tui.launch.messages import NodeLine
-    from tui.launch.nodefiles import node_files
+    from tui.launch.launchplan import build_launch_plan
 
     token, wandb = "hf_Zq8secretTOKENvalue", "wandb-key-0123456789"
     config = FtwizConfig(nodes=[NodeConfig(name="a", host="10.0.0.1"), NodeConfig(name="b", host="10.0.0.2")],
@@ -76,8 +76,9 @@ def test_secrets_stay_private_run_dir_0700_files_0600_values_masked(tmp_path):
     old_umask = os.umask(0o022)  # what most users have: the files must be private anyway
     try:
         run = Run(config, options=RunOptions(runs_dir=tmp_path))
-        built = node_files(config, config.nodes[0], run_id=run.run_id, workdir_abs="/w", rundir_abs=f"/w/runs/{run.run_id}",
-                           package={}, reports={}, network_env=None, resume=False, output_dir="out")
+        plan = build_launch_plan(config, run_id=run.run_id, rundirs=dict.fromkeys("ab", f"/w/runs/{run.run_id}"), reports={},
+                                 network_env=None, sharding=None, package={}, resume=False, output_dir="out")
+        built = plan.nodes["a"]
         run.record.update_node("a", **built.record)
         run._apply(NodeLine("a", f"[rank0]:printing my env: HF_TOKEN={token} WANDB_API_KEY={wandb}"))
         run.record.close()

@@ -9,7 +9,7 @@ import pytest
 
 from tests.launch.conftest import run_pids
 from tui.launch import commands
-from tui.launch.record import latest_run_id
+from tui.runs.record import latest_run_id
 
 pytestmark = pytest.mark.slow
 

@@ -27,10 +27,10 @@ from agent.procmatch import start_time
 from shared.config import ClusterConfig, FtwizConfig, JobConfig, NodeConfig, default_config
 from tests.launch.conftest import run_pids, wait_until
 from tui.launch.options import RunOptions
-from tui.launch.record import RunRecord
+from tui.runs.record import RunRecord
 from tui.launch.run import Run
 from tui.launch.runner import NODESIDE_SOURCE
-from tui.launch.runindex import index_path
+from tui.runs.index import index_path
 
 
 def _free_port() -> int:

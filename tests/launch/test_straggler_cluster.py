@@ -16,7 +16,7 @@ from tests.checks import shaping
 from tests.doctor.cgroup import CpuCgroup, cpu_cgroup_problem
 from tests.launch.conftest import RunThread, make_run, rank_pid, run_pids, wait_until
 from tui.launch import commands
-from tui.launch.record import latest_run_id
+from tui.runs.record import latest_run_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 

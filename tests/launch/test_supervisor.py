@@ -14,7 +14,7 @@ import pytest
 from tui.exitcodes import EXIT_FAILED
 from tui.launch.events import RunNodeState
 from tui.launch.messages import EndingKind, NodeEnding, RankSample
-from tui.launch.status import RunStatus
+from tui.runs.status import RunStatus
 from tui.launch.supervisor import Detach, Keep, Phase, StallFound, StopAll, Succeed, Supervisor, Timing, WorkerFailure
 
 TIMING = Timing(unreachable_after_s=6.0, tick_s=1.0, reattach_for_s=60.0, reconnect_s=5.0, stall_timeout_s=20.0, first_step_grace_s=1800.0)

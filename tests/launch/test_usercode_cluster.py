@@ -205,7 +205,7 @@ def test_a_missing_required_package_fails_the_checklist_and_nothing_starts(clust
 
 def test_a_detached_user_script_is_attached_with_its_progress_then_stopped(cluster3, tmp_path, monkeypatch):
     from tui.launch import commands
-    from tui.launch.record import latest_run_id
+    from tui.runs.record import latest_run_id
 
     runs = tmp_path / "runs"
     monkeypatch.setenv("FTWIZ_RUNS_DIR", str(runs))

@@ -16,6 +16,7 @@ import re
 
 import pytest
 
+from tui.launch.events import LogLine
 from tui.launch.progress import ProgressModel, format_progress, parse_protocol
 from tui.launch.trainer_output import (
     BarCollapser,
@@ -45,6 +46,11 @@ def test_hf_log_dicts_both_forms(line):
     assert record["learning_rate"] == pytest.approx(4.5e-05)
     assert record["epoch"] == pytest.approx(0.05)
     assert "step" not in record  # the Trainer prints no step: the bar gives it
+
+
+def _line(node: str, rank, text: str, received: float) -> LogLine:
+    """A log line as the driver emits it: its protocol record parsed once, at the edge."""
+    return LogLine(node, rank, text, received, parse_protocol(text))
 
 
 def test_log_dict_is_a_literal_never_evaluated():
@@ -144,7 +150,7 @@ def test_headless_printer_prints_a_described_bar_once_and_summarises_the_trainin
     import io
 
     from tui.launch.commands import HeadlessPrinter
-    from tui.launch.events import LogLine, ProgressChanged, RunFinished, RunResult
+    from tui.launch.events import ProgressChanged, RunFinished, RunResult
 
     out = io.StringIO()
     printer = HeadlessPrinter(out=out, err=io.StringIO())
@@ -156,7 +162,7 @@ def test_headless_printer_prints_a_described_bar_once_and_summarises_the_trainin
              " 12%|█▎        | 1/8 [00:00<00:03,  2.11it/s][rank0]:{'loss': '6.004', 'grad_norm': '6.353', 'learning_rate': '0.0005', 'epoch': '0.03'}",
              "saving the model"]
     for text in lines:
-        printer(LogLine("node0", 0, text, 0.0))
+        printer(_line("node0", 0, text, 0.0))
         obj = parse_protocol(text)
         if obj is not None and model.update("node0", 0, obj):
             printer(ProgressChanged(model.snapshot))

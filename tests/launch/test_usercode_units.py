@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from shared.config import FtwizConfig, JobConfig, NodeConfig
-from tui.launch.codeship import CodeDirError, collect_code, resolve_code_dir
-from tui.launch.nodefiles import node_files
+from tui.codeship import CodeDirError, collect_code, resolve_code_dir
+from tui.launch.launchplan import build_launch_plan
 from tui.launch.plan import build_plan, start_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,19 +149,20 @@ def test_command_argv_env_and_start_script():
     assert sft[0].argv[-4:] == ["-m", "ftwiz_workloads", "--spec", "/w/job.json"] and "WANDB_MODE" not in sft[0].env
 
 
-def test_node_files_ship_the_code_and_record_it(tmp_path):
+def test_the_launch_plan_ships_the_code_once_and_records_it(tmp_path):
     root = _tree(tmp_path / "proj", {"train.py": b"print(1)\n", "runs/old/x.log": b"old"})
     config = _config(workload="command", command=["train.py"], code_dir="proj")
-    built = node_files(config, config.nodes[0], run_id="r2", workdir_abs="/w", rundir_abs="/w/runs/r2", package={},
-                       reports={}, network_env=None, resume=False, output_dir="out", config_dir=str(tmp_path))
-    assert built.code_tar is not None and not any(name.startswith("code/") for name in built.files)
-    with tarfile.open(built.code_tar) as tar:
+    plan = build_launch_plan(config, run_id="r2", rundirs=dict.fromkeys(("n0", "n1"), "/w/runs/r2"), reports={}, network_env=None,
+                             sharding=None, package={}, resume=False, output_dir="out", config_dir=str(tmp_path))
+    assert plan.code is not None and plan.code.tar_path is not None
+    assert not any(name.startswith("code/") for node in plan.nodes.values() for name in node.files)
+    with tarfile.open(plan.code.tar_path) as tar:
         assert tar.getnames() == ["code/train.py"]
         assert tar.extractfile("code/train.py").read() == b"print(1)\n"  # type: ignore[union-attr]
-    assert built.payload().tars == (built.code_tar,)
-    code = built.run_record["code"]
+    assert plan.payload("n0").tars == plan.payload("n1").tars == (plan.code.tar_path,), "one bundle, every node"
+    code = plan.run_record["code"]
     assert code["root"] == str(root) and [f["path"] for f in code["files"]] == ["train.py"]
-    assert json.loads(built.files["job.json"])["command"] == ["train.py"]
+    assert json.loads(plan.nodes["n0"].files["job.json"])["command"] == ["train.py"]
 
 
 def test_the_runner_runs_a_script_with_its_argv_and_exit_code(tmp_path):
@@ -221,7 +222,7 @@ def test_llamafactory_tail_turns_records_into_progress_lines(tmp_path):
 
 
 def test_code_dir_is_relative_to_the_config_file(tmp_path):
-    from tui.launch.codeship import anchor_code_dir
+    from tui.codeship import anchor_code_dir
 
     job = JobConfig(workload="command", command=["train.py"], code_dir="src")
     anchor_code_dir(job, tmp_path / "proj" / "ftwiz.toml")

@@ -115,20 +115,21 @@ def test_a_launch_writes_what_auto_picked_into_job_json() -> None:
     """Two 8×H100 nodes (the agent's constructed NVML fixture): a 7B full fine-tune does not fit DDP, so the
     job.json every node gets says fsdp, with the reason; a 7B QLoRA stays ddp; an explicit choice is kept."""
     from tui.checks.resources import launch_sharding
-    from tui.launch.nodefiles import node_files
+    from tui.launch.launchplan import build_launch_plan
+
+    def job_json(config, reports, node):
+        plan = build_launch_plan(config, run_id="r1", rundirs=dict.fromkeys(("n0", "n1"), "/w/runs/r1"), reports=reports,
+                                 network_env=None, sharding=None, package={}, resume=False, output_dir="out")
+        return json.loads(plan.nodes[node].files["job.json"])
 
     config, reports = _cluster("auto")
     assert launch_sharding(config, reports)[0] == "fsdp"
-    built = node_files(config, config.nodes[1], run_id="r1", workdir_abs="/w", rundir_abs="/w/runs/r1", package={},
-                       reports=reports, network_env=None, resume=False, output_dir="out")
-    spec = json.loads(built.files["job.json"])
+    spec = job_json(config, reports, "n1")
     assert spec["sharding"] == "fsdp" and "ddp needs" in spec["sharding_reason"]
     assert launch_sharding(*_cluster("auto", method="qlora"))[0] == "ddp"
     config, reports = _cluster("ddp")
     assert launch_sharding(config, reports)[0] == "ddp"
-    assert "sharding_reason" not in json.loads(node_files(config, config.nodes[0], run_id="r1", workdir_abs="/w", rundir_abs="/w/runs/r1",
-                                                          package={}, reports=reports, network_env=None, resume=False,
-                                                          output_dir="out").files["job.json"])
+    assert "sharding_reason" not in job_json(config, reports, "n0")
 
 
 def test_one_busy_gpu_bounds_every_shard() -> None:

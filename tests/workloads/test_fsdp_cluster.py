@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tui.launch import commands
-from tui.launch.record import latest_run_id
+from tui.runs.record import latest_run_id
 
 pytestmark = pytest.mark.slow
 

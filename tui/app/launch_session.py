@@ -62,7 +62,7 @@ class LaunchSession:
     def apply(self, event: Any) -> None:
         """Fold one launcher event in."""
         if isinstance(event, LogLine):
-            text = _readable(event.text)
+            text = _readable(event)
             if text is None:
                 return  # a protocol line: it is drawn as progress, not as log text
             entry = (event.rank, text)
@@ -96,13 +96,11 @@ class LaunchSession:
 Observer = Callable[[Any], None]
 
 
-def _readable(text: str) -> Optional[str]:
+def _readable(line: LogLine) -> Optional[str]:
     """A log line as the headless printer shows it: protocol lines summarised or hidden (they are progress)."""
-    from tui.launch.progress import parse_protocol
-
-    obj = parse_protocol(text)
+    obj = line.record
     if obj is None or obj.get("ftwiz") is None:
-        return text
+        return line.text
     kind = obj["ftwiz"]
     if kind == "started":
         return (f"started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, "

@@ -75,6 +75,12 @@ class ChecklistRun:
     """What the mesh check measured this time (:class:`shared.meshplan.MeshRun`: quick pass or full mesh, age)."""
     sync: Optional[Any] = None
     """The gradient-sync forecast (:class:`shared.syncplan.SyncForecast`) when ``net.sync`` made one."""
+    network_env: Optional[dict[str, dict[str, str]]] = None
+    """Per node, the interface environment the ``net.*`` checks approved (:func:`shared.netplan.plan_env` of
+    their interface plan, master address resolved as they resolved it); None when no check made the plan.
+    The launch uses it as it is, so it never runs with an environment other than the one checked."""
+    sharding: Optional[tuple[str, str]] = None
+    """``(sharding, why)`` as ``mem.fit`` decided it (:func:`shared.fit.choose_sharding`); None when it did not."""
 
     @property
     def ok(self) -> bool:
@@ -163,7 +169,19 @@ async def run_checklist_full(
     rows.sort(key=lambda r: (rank.get(r.id, len(ORDER)), node_index.get(r.node, -1) if r.node else -1))
     return ChecklistRun(rows, statuses, outcomes, time.monotonic() - started,
                         rendezvous_listener_until=ctx.notes.get("rendezvous_listener_until"),
-                        mesh=ctx.notes.get("mesh"), mesh_run=ctx.notes.get("mesh_run"), sync=ctx.notes.get("sync"))
+                        mesh=ctx.notes.get("mesh"), mesh_run=ctx.notes.get("mesh_run"), sync=ctx.notes.get("sync"),
+                        network_env=_approved_env(config, ctx), sharding=ctx.notes.get("sharding"))
+
+
+def _approved_env(config: FtwizConfig, ctx: CheckContext) -> Optional[dict[str, dict[str, str]]]:
+    """The environment of the interface plan the checks made (None when none made one)."""
+    from shared import netplan
+
+    plan = ctx.notes.get("interface_plan")
+    if plan is None:
+        return None
+    ib = ctx.notes.get("ib_plan") or netplan.ib_plan(config, ctx.reports)
+    return netplan.plan_env(config, plan, ib)
 
 
 def run_checklist_sync(config: FtwizConfig, **kwargs: Any) -> list[CheckResult]:

@@ -43,7 +43,9 @@ async def interface_plan(ctx: CheckContext) -> netplan.InterfacePlan:
                     if reply.value is not None and reply.value.resolved:
                         address = reply.value.resolved
                         break
-        return netplan.resolve_interfaces(ctx.config, ctx.reports, master_address=address)
+        plan = netplan.resolve_interfaces(ctx.config, ctx.reports, master_address=address)
+        ctx.notes["interface_plan"] = plan  # the launch gets the environment this plan makes (ChecklistRun.network_env)
+        return plan
 
     return await ctx.memo("interface-plan", build)
 
@@ -132,6 +134,7 @@ def ib(ctx: CheckContext) -> list[CheckResult]:
     """IB/RoCE ports Active when ``nccl.ib`` is on or auto-detected; reports NCCL_IB_DISABLE."""
     title = "InfiniBand ports Active"
     plan = netplan.ib_plan(ctx.config, ctx.reports)
+    ctx.notes["ib_plan"] = plan
     rows = _issue_rows("net.ib", title, plan.issues)
     if rows:
         return rows

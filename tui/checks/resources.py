@@ -152,6 +152,7 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
                        "point [job] model at a local directory with config.json, or use a catalog model id (e.g. meta-llama/Llama-2-7b-hf)")]
     dp = _world_size(ctx)
     sharding, why = choose_sharding(source.arch, job, dp_size=dp, free_bytes=free_per_gpu(ctx.config, ctx.reports))
+    ctx.notes["sharding"] = (sharding, why)  # what the launch runs (ChecklistRun.sharding): never estimated twice
     est = estimator.estimate(source.arch, job, dp_size=dp, sharding=sharding)
     other = estimator.estimate(source.arch, job, dp_size=dp, sharding="fsdp" if sharding == "ddp" else "ddp") if dp > 1 else None
     both = f"{est.sharding} {est.total_bytes / GIB:.1f} GiB" + (f", {other.sharding} {other.total_bytes / GIB:.1f} GiB" if other else "")

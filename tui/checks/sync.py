@@ -2,7 +2,7 @@
 
 The arithmetic is :mod:`shared.syncplan`; this module gathers its inputs: the model's architecture
 (:func:`tui.checks.resources.resolve_arch`), the ranks per node as the launcher will start them
-(:func:`tui.launch.plan.node_processes`), the slowest link of the mesh, and a compute time per step —
+(:func:`tui.jobshape.node_processes`), the slowest link of the mesh, and a compute time per step —
 the ``compute_s`` option when given (e.g. measured by an earlier run), else a rough estimate from the
 slowest GPU's peak (:data:`shared.routing.GPU_SPEEDS`); CPU-only nodes have no estimate, so no share.
 """
@@ -17,13 +17,12 @@ from shared.meshplan import MeshMatrix
 from shared.models import NodeReport
 from shared.syncplan import SyncForecast
 from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.jobshape import node_processes
 
 __all__ = ["sync_forecast", "sync_rows"]
 
 
 def _ranks(config: FtwizConfig, reports: dict[str, NodeReport], names: list[str]) -> int:
-    from tui.launch.plan import node_processes
-
     total = 0
     for name in names:
         node = config.node(name)

@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 from shared.config import FtwizConfig, NodeConfig
 from tui.checks.base import CheckContext, CheckResult, check, result
+from tui.codeship import CodeDirError, collect_code, resolve_code_dir
 from tui.jobshape import selected_gpus
-from tui.launch.codeship import CodeDirError, collect_code, resolve_code_dir
 
 __all__ = ["NodeProbe", "probe_node", "requirement_name"]
 

@@ -38,7 +38,7 @@ def diagnose_run(run_dir: Path, record: Mapping[str, Any] | None = None, *,
     """Diagnose a run record directory (``run.json`` read when ``record`` is not given)."""
     run_dir = Path(run_dir)
     if record is None:
-        from tui.launch.record import RunRecordModel, load_record
+        from tui.runs.record import RunRecordModel, load_record
 
         try:  # through the typed model (the id defaults to the directory's name): a damaged record is no evidence
             data = {"run_id": run_dir.name, **load_record(run_dir.parent, run_dir.name)}

@@ -39,8 +39,8 @@ def why_main(*, run_id: str | None, files: Sequence[str] | None, json_output: bo
                 return EXIT_USAGE
         diagnoses = diagnose_files(paths)
     else:
-        from tui.launch.record import RunRecord, latest_run_id, runs_dir
-        from tui.launch.runindex import RunNotFound, find_run
+        from tui.runs.index import RunNotFound, find_run
+        from tui.runs.record import RunRecord, latest_run_id, runs_dir
 
         base = runs_dir()
         chosen = run_id or latest_run_id(base)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shared.doctor_signatures import CAUSES, FIXES, is_normal
+from shared.torchrun_failures import says_a_worker_failed
 
 from .fixes import computed_fix
 from .model import Diagnosis, Evidence, Finding, ReadLine
@@ -26,7 +27,6 @@ __all__ = ["KernelLookup", "rank_findings"]
 KernelLookup = Callable[[str | None, int, float | None], str | None]
 
 _MAX_EVIDENCE = 4
-_FAILED_RE = re.compile(r"ChildFailedError|failed \(exitcode: -?\d+\)|^\s*exitcode\s*:\s*-?[1-9]")
 #: An exception line (``ValueError: ...``, ``torch.AcceleratorError``) or an ``error:`` line.
 _ERROR_LOOKING = re.compile(r"(?:^\s*|[\s\]>|]|^\W*)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure)\b(?::|\s*$)|"
                             r"\berror\b:|^\s*(?:fatal|FATAL)\b")
@@ -160,7 +160,7 @@ def _failed(record: Mapping[str, Any] | None) -> bool:
 
 def _failure_lines(lines: Sequence[ReadLine]) -> list[ReadLine]:
     """torchrun's own words that a worker failed (exit code, ChildFailedError) with no cause named."""
-    return [line for line in lines if _FAILED_RE.search(line.text)]
+    return [line for line in lines if says_a_worker_failed(line.text)]
 
 
 def _error_lines(lines: Sequence[ReadLine]) -> list[ReadLine]:

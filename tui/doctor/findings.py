@@ -18,18 +18,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from shared.doctor_signatures import Signature, is_normal, match_line
+from shared.torchrun_failures import summary_exit, worker_failed
 
 from .logs import protocol
 from .model import Finding, ReadLine
 
-__all__ = ["KILLED_RE", "find"]
+__all__ = ["find"]
 
-KILLED_RE = re.compile(r"failed \(exitcode: -9\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
 _EXC_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)|[A-Za-z_][\w.]*Error\b)(?::\s?(?P<msg>.*))?$")
 _LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen", "/torch/", "<string>")
 _ECHO_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "DistNetworkError", "SignalException", "KeyboardInterrupt")
-_PID_RE = re.compile(r"exitcode\s*:\s*-9 \(pid: (\d+)\)")
 _FTWIZ_ERROR_RE = re.compile(r"ftwiz: error \(rank (?P<rank>\d+)\): (?P<message>.+)$")
 _DATA_RE = re.compile(r"^dataset |\.(?:jsonl?|csv|parquet) line \d+|^record at line \d+|not UTF-8 text|expected a JSON object|"
                       r"unknown record shape|\"messages\" must|\"input\" must", re.IGNORECASE)
@@ -96,16 +95,17 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
         if said is not None:
             findings.append(said)
             continue
-        killed = KILLED_RE.search(text)
-        if killed:
-            pid = int(killed.group("pid"))
+        killed = worker_failed(text)
+        if killed is not None and killed.exitcode == -9:
+            pid = killed.pid
             rank = (pid_ranks or {}).get((line.node, pid), (pid_ranks or {}).get((None, pid)))
             where = ReadLine(line.file, line.line, line.node, rank, line.text, line.time, line.order)
             findings.append(Finding("oom.host", 6, False, where, detail=f"pid {pid} was killed by SIGKILL", source=_SIGNAL_SOURCE))
             continue
         for sig in match_line(text)[:1]:
-            summary = _PID_RE.search(text) if sig.cause == "oom.host" else None
-            detail = f"pid {summary.group(1)} was killed by SIGKILL" if summary else ""  # torchrun's summary: checked like a kill line
+            summary = summary_exit(text) if sig.cause == "oom.host" else None
+            killed_pid = summary.pid if summary is not None and summary.exitcode == -9 else None
+            detail = f"pid {killed_pid} was killed by SIGKILL" if killed_pid is not None else ""  # torchrun's summary: checked like a kill line
             findings.append(Finding(sig.cause, sig.weight, sig.echo, line, detail=detail, source=sig.source, fix=sig.fix))
             if sig.until is not None:
                 waiting.setdefault(line.file, []).append((findings[-1], sig))

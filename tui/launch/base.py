@@ -46,12 +46,12 @@ from tui.launch.messages import (
 from tui.launch.options import RunOptions
 from tui.launch.plan import NodePlan
 from tui.launch.progress import ProgressModel, ProgressSnapshot, parse_protocol, split_rank
-from tui.launch.record import RunRecord
 from tui.launch.runner import NodeRunner
-from tui.launch.status import RunStatus
 from tui.launch.supervisor import Supervisor, Timing, WorkerFailure
 from tui.launch.support import explain
 from tui.launch.trainer_output import BarCollapser
+from tui.runs.record import RunRecord
+from tui.runs.status import RunStatus
 
 __all__ = ["RunCore"]
 
@@ -234,7 +234,7 @@ class RunCore:
                 self.record.update(progress=dataclasses.asdict(self.progress.snapshot))
             elif kind == "note" and isinstance(obj.get("balance"), dict):
                 self.record.update(balance=obj["balance"])
-        self._emit(LogLine(node, rank, text, time.time()))
+        self._emit(LogLine(node, rank, text, time.time(), obj))
 
     def _code_paths(self) -> CodePathMap:
         """Paths into the shipped code on the nodes → the user's ``code_dir`` (rebuilt when a node's run dir is known)."""

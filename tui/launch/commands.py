@@ -20,12 +20,12 @@ from tui.doctor.hook import WHY_PREFIX
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
 from tui.launch.prepare import new_run, resume_from
-from tui.launch.progress import format_progress, parse_protocol
-from tui.launch.record import RunRecord, RunRecordModel, latest_run_id, runs_dir
+from tui.launch.progress import format_progress
 from tui.launch.run import LaunchError, Run, RunOptions
-from tui.launch.runindex import RunNotFound, find_run
-from tui.launch.status import ENDED, RunStatus
 from tui.launch.trainer_output import BarCollapser
+from tui.runs.index import RunNotFound, find_run
+from tui.runs.record import RunRecord, RunRecordModel, latest_run_id, runs_dir
+from tui.runs.status import ENDED, RunStatus
 
 __all__ = ["HeadlessPrinter", "already_finished", "attach", "find_stored", "launch", "stop"]
 
@@ -59,7 +59,7 @@ class HeadlessPrinter:
 
     def _print(self, event: Event) -> None:
         if isinstance(event, LogLine):
-            obj = parse_protocol(event.text)
+            obj = event.record
             kind = obj.get("ftwiz") if obj is not None else None
             if obj is not None and kind is not None and not self.show_protocol:
                 if kind == "started":
@@ -276,7 +276,7 @@ def launch(
 
 
 def find_stored(run_id: str, options: RunOptions, config: FtwizConfig) -> tuple[RunRecord, FtwizConfig]:
-    """The record of ``run_id`` wherever it is (:func:`tui.launch.runindex.find_run`) and the cluster it names.
+    """The record of ``run_id`` wherever it is (:func:`tui.runs.index.find_run`) and the cluster it names.
 
     Sets ``options.runs_dir`` to the runs directory that holds it. The cluster is the record's config snapshot;
     ``config`` (the one loaded here) only for a record without one, and only when it names the same cluster.

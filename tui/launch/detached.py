@@ -17,8 +17,8 @@ from tui.launch.events import RunNodeState, RunResult
 from tui.launch.launching import LaunchMixin
 from tui.launch.options import LaunchError
 from tui.launch.runner import NodeRunner
-from tui.launch.status import ENDED, RunStatus
 from tui.launch.support import agent_stop
+from tui.runs.status import ENDED, RunStatus
 
 __all__ = ["DetachedMixin"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from tui.launch.progress import ProgressSnapshot
-from tui.launch.status import RunStatus
+from tui.runs.status import RunStatus
 
 __all__ = [
     "Event",
@@ -54,6 +54,10 @@ class LogLine:
     """The line without the torchrun rank prefix."""
     time: float
     """Unix time the controller received it."""
+    record: Optional[Mapping[str, Any]] = None
+    """The protocol record in ``text`` (key ``"ftwiz"`` holds its kind), parsed once where the line entered the
+    controller (:func:`tui.launch.progress.parse_protocol`); None for any other line. Observers read it, never
+    parse ``text`` again."""
 
     @property
     def prefix(self) -> str:

@@ -4,34 +4,17 @@
 blame and which lines to show. torchrun prints, for a failed worker group, a summary whose
 "Root Cause (first observed failure)" block names the global rank and its exit code (negative for a
 signal); a worker killed by a signal other than our own TERM/INT is the cause, the others merely
-lost their peers.
+lost their peers. The lines are read by :mod:`shared.torchrun_failures`, the parser ``--why`` uses too.
 """
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from typing import Any, Iterable, Optional
 
-__all__ = ["FailureTracker", "describe_exit", "describe_worker_exit", "is_stack_dump"]
+from shared.torchrun_failures import SIGNALS, is_stack_dump, root_cause_rank, summary_exit, worker_failed
 
-_STACK_RE = re.compile(r"^\s*(Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
-_ROOT_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)")
-_ROOT_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
-_WORKER_FAILED_RE = re.compile(r"\] failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
-_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
-
-
-def is_stack_dump(text: str) -> bool:
-    """A faulthandler header line (``Thread 0x... (most recent call first):``)."""
-    return bool(_STACK_RE.match(text))
-
-
-def describe_worker_exit(exitcode: int) -> str:
-    """A worker's exit code as torchrun reports it (negative: killed by that signal)."""
-    if exitcode < 0:
-        return f"was killed by {_SIGNALS.get(-exitcode, f'signal {-exitcode}')}"
-    return f"exited with code {exitcode}"
+__all__ = ["FailureTracker", "describe_exit"]
 
 
 def describe_exit(code: Optional[str]) -> str:
@@ -48,8 +31,8 @@ def describe_exit(code: Optional[str]) -> str:
         value = int(code)
     except ValueError:
         return f"ended ({code})"
-    if value > 128 and value - 128 in _SIGNALS:
-        return f"exited with code {value} ({_SIGNALS[value - 128]})"
+    if value > 128 and value - 128 in SIGNALS:
+        return f"exited with code {value} ({SIGNALS[value - 128]})"
     return f"exited with code {value}"
 
 
@@ -78,14 +61,13 @@ class FailureTracker:
         if not chatter:
             self.tails.setdefault(node, deque(maxlen=200)).append((rank, shown))
         if rank is not None:
-            if _STACK_RE.match(text):
+            if is_stack_dump(text):
                 self.dumped.add(rank)
             return None
-        match = _WORKER_FAILED_RE.search(text)
-        if match:
-            pid = int(match.group(3))
-            entry = {"node": node, "rank": (pid_ranks or {}).get(pid), "local_rank": int(match.group(2)), "pid": pid,
-                     "exitcode": int(match.group(1)), "order": len(self.root_causes)}
+        failed = worker_failed(text)
+        if failed is not None:
+            entry = {"node": node, "rank": (pid_ranks or {}).get(failed.pid), "local_rank": failed.local_rank, "pid": failed.pid,
+                     "exitcode": failed.exitcode, "order": len(self.root_causes)}
             self.root_causes.append(entry)
             return entry
         self._root_cause(node, text)
@@ -102,14 +84,14 @@ class FailureTracker:
         if text.startswith("Failures:") or text.startswith("====="):
             self._in_root[node] = False
             return
-        match = _ROOT_RANK_RE.match(text)
-        if match and self._in_root.get(node):
-            self._pending[node] = {"node": node, "rank": int(match.group(1)), "local_rank": int(match.group(2))}
+        ranks = root_cause_rank(text)
+        if ranks is not None and self._in_root.get(node):
+            self._pending[node] = {"node": node, "rank": ranks[0], "local_rank": ranks[1]}
             return
-        match = _ROOT_EXIT_RE.match(text)
-        if match and node in self._pending:
+        ended = summary_exit(text) if node in self._pending else None
+        if ended is not None:
             entry = self._pending.pop(node)
-            entry["exitcode"] = int(match.group(1))
+            entry["exitcode"] = ended.exitcode
             entry["order"] = len(self.root_causes)
             self.root_causes.append(entry)
 

@@ -1,8 +1,9 @@
-"""The launch fan-out: connect to every node, send the job, then start torchrun everywhere at once.
+"""The launch fan-out: connect to every node, plan once, send each node its slice, then start torchrun everywhere.
 
-One part of :class:`tui.launch.run.Run`. Two phases, so that nothing starts anywhere unless every
-node is ready: *prepare* (link, run dir, job files; a prepared node starts nothing on its own) and
-*go*. A node that fails either phase fails the launch, and the nodes that had started are stopped.
+One part of :class:`tui.launch.run.Run`. Nothing starts anywhere unless every node is ready: *prepare* (link and
+run dir on every node; then the one :class:`~tui.launch.launchplan.LaunchPlan`, built when every node has said
+where its run dir is; then each node's slice of it; a prepared node starts nothing on its own) and *go*. A node
+that fails either phase fails the launch, and the nodes that had started are stopped.
 """
 
 from __future__ import annotations
@@ -12,16 +13,15 @@ import time
 from functools import partial
 from typing import Mapping, NoReturn
 
-from shared.config import NodeConfig
+from tui.codeship import CodeDirError
 from tui.exitcodes import EXIT_FAILED
 from tui.launch.events import RunNodeState, RunResult
-from tui.launch.nodefiles import node_files
+from tui.launch.launchplan import LaunchPlan, Sharding, build_launch_plan
 from tui.launch.options import LaunchError
-from tui.launch.plan import Payload
 from tui.launch.runner import NodeRunner
-from tui.launch.status import RunStatus
 from tui.launch.stopping import StopMixin
-from tui.launch.support import workload_files
+from tui.launch.support import plan_network, workload_files
+from tui.runs.status import RunStatus
 
 __all__ = ["LaunchMixin"]
 
@@ -30,6 +30,8 @@ class LaunchMixin(StopMixin):
     """Launching a run (see the module docstring)."""
 
     network_env: "Mapping[str, Mapping[str, str]] | None"
+    sharding: "Sharding | None"
+    launch_plan: "LaunchPlan | None"
     resume: bool
     output_dir: str
     start_not_before: "float | None"
@@ -50,8 +52,13 @@ class LaunchMixin(StopMixin):
         except RuntimeError as exc:
             self._close_runners()
             raise LaunchError(str(exc)) from None
-        futures = {name: r.submit(partial(self._prepare_one, r, package)) for name, r in self._runners.items()}
-        problems = self._collect(futures, timeout=self.config.cluster.ssh_connect_timeout_s + 120)
+        futures = {name: r.submit(partial(self._open_one, r)) for name, r in self._runners.items()}
+        problems = self._collect(futures, timeout=self.config.cluster.ssh_connect_timeout_s + 60)
+        if problems:
+            self._launch_failed("could not prepare every node; nothing was started", problems)
+        plan = self._plan(package)
+        futures = {name: r.submit(partial(r.send_job, plan.payload(name))) for name, r in self._runners.items()}
+        problems = self._collect(futures, timeout=120)
         if problems:
             self._launch_failed("could not prepare every node; nothing was started", problems)
         t_prepared = self.clock()
@@ -68,7 +75,7 @@ class LaunchMixin(StopMixin):
             self._kill_everywhere(list(self._runners.values()))
             self._launch_failed("torchrun did not start on every node; the others were stopped", problems)
         started = self.clock()
-        self.supervisor.expected_ranks = sum(p.nproc for p in self.plans.values()) or None
+        self.supervisor.expected_ranks = sum(s.plan.nproc for s in plan.nodes.values()) or None
         self.supervisor.started(started)
         for name, runner in self._runners.items():
             self._set_state(name, RunNodeState.RUNNING, f"pgid {runner.pgid}")
@@ -76,10 +83,31 @@ class LaunchMixin(StopMixin):
         self.record.update(status=RunStatus.RUNNING, started_at=time.time(), fanout_s=started - t0, prepare_s=t_prepared - t0)
         self._note(f"run {self.run_id} started on {len(self._runners)} node(s) in {started - t0:.1f} s")
 
-    def _prepare_one(self, runner: NodeRunner, package: Mapping[str, bytes]) -> str:
-        """(runner thread) Connect, create the run dir, send the job; nothing starts yet."""
+    def _open_one(self, runner: NodeRunner) -> str:
+        """(runner thread) Connect and create the run dir; the node then waits for its job."""
         runner.connect()
-        return runner.prepare(partial(self._node_files, runner.node, package=package))
+        return runner.open_rundir()
+
+    def _plan(self, package: Mapping[str, bytes]) -> LaunchPlan:
+        """The launch plan, built once now that every node said where its run dir is; kept in ``run.json``."""
+        if self.network_env is None:
+            self.network_env = plan_network(self.config, self.reports)
+        config_source = self.record.model.config_source
+        try:
+            plan = build_launch_plan(
+                self.config, run_id=self.run_id, rundirs={name: r.rundir_abs or "" for name, r in self._runners.items()},
+                reports=self.reports, network_env=self.network_env, sharding=self.sharding, package=package,
+                resume=self.resume, output_dir=self.output_dir,
+                config_dir=os.path.dirname(config_source) if config_source else None,
+            )
+        except CodeDirError as exc:
+            self._launch_failed(f"cannot ship [job] code_dir: {exc}; nothing was started", {})
+        self.launch_plan = plan
+        for name, node in plan.nodes.items():
+            self.plans[name] = node.plan
+            self.record.update_node(name, save=False, **node.record)
+        self.record.update(**plan.run_record)
+        return plan
 
     def _wait_for_go(self) -> None:
         """Until ``start_not_before`` (the checklist's test listener still holds the rendezvous port), unless stopped."""
@@ -89,19 +117,6 @@ class LaunchMixin(StopMixin):
         self._note(f"waiting {wait:.1f} s for the checklist's test listener to free port {self.config.cluster.rendezvous_port} on the master")
         while time.time() < self.start_not_before and self.supervisor.stop_reason is None:
             self._pump(0.1)
-
-    def _node_files(self, node: NodeConfig, workdir_abs: str, rundir_abs: str, package: Mapping[str, bytes]) -> Payload:
-        """Everything a node needs in its run directory (called on that node's runner thread)."""
-        built = node_files(
-            self.config, node, run_id=self.run_id, workdir_abs=workdir_abs, rundir_abs=rundir_abs, package=package,
-            reports=self.reports, network_env=self.network_env, resume=self.resume, output_dir=self.output_dir,
-            config_dir=os.path.dirname(self.record.model.config_source) if self.record.model.config_source else None,
-        )
-        self.plans[node.name] = built.plan
-        self.record.update_node(node.name, **built.record)
-        if built.run_record:
-            self.record.update(**built.run_record)
-        return built.payload()
 
     def _launch_failed(self, message: str, problems: Mapping[str, str]) -> NoReturn:
         self._close_runners()

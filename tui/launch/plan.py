@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import shlex
 import tarfile
 import time
@@ -29,19 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from agent.procmatch import RUN_ID_PATTERN
 from shared.config import FtwizConfig, NodeConfig
 from shared.redact import masked_env
+from tui.jobshape import node_processes
+from tui.runs.index import RUN_ID_RE
 
 __all__ = [
     "NodePlan",
     "Payload",
-    "RUN_ID_RE",
     "WORKLOAD_PACKAGE",
     "build_plan",
     "command_env",
     "make_payload",
-    "node_processes",
     "quote_path",
     "rundir_rel",
     "send_payload",
@@ -52,16 +50,14 @@ __all__ = [
 
 #: The package name the workloads are copied under on every node (``<rundir>/ftwiz_workloads``).
 WORKLOAD_PACKAGE = "ftwiz_workloads"
-#: What a run id may look like: it appears in paths, argv and environment, so keep it boring.
-RUN_ID_RE = re.compile(RUN_ID_PATTERN)  # one rule, shared with the reapers (agent.procmatch)
 #: torchrun prefixes every worker line with this (global rank), see ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class NodePlan:
-    """What runs on one node."""
+    """What runs on one node (a slice of the launch plan: never changed once built)."""
 
     node: str
     """Node name."""
@@ -106,35 +102,6 @@ def quote_path(path: str) -> str:
     if path.startswith("~/"):
         return '"$HOME"/' + shlex.quote(path[2:])
     return shlex.quote(path)
-
-
-def node_processes(node: NodeConfig, gpu_indices: Optional[Sequence[int]]) -> tuple[int, Optional[str]]:
-    """How many processes ``node`` runs and its ``CUDA_VISIBLE_DEVICES``.
-
-    ``gpu_indices`` are the GPUs the node's agent reported (None when unknown, ``[]`` for none).
-    A list selects exactly those GPUs; a count takes the first N reported GPUs, or runs N CPU
-    processes on a GPU-less node; ``"all"`` takes every GPU, or one CPU process. ``gpus = 0`` runs
-    one CPU process with the GPUs hidden; ``cpu_ranks = N`` runs N CPU processes with the GPUs hidden
-    (the workloads then pick gloo).
-    """
-    if node.cpu_ranks is not None:
-        return node.cpu_ranks, ""
-    have = list(gpu_indices or [])
-    if isinstance(node.gpus, list):
-        if not node.gpus:
-            return 1, ""
-        return len(node.gpus), ",".join(str(i) for i in node.gpus)
-    if node.gpus == "all":
-        if have:
-            return len(have), ",".join(str(i) for i in have)
-        return 1, None
-    count = int(node.gpus)
-    if count == 0:
-        return 1, ""
-    if have:
-        chosen = have[:count]
-        return len(chosen), ",".join(str(i) for i in chosen)
-    return count, None
 
 
 def torchrun_argv(
@@ -302,7 +269,7 @@ class Payload:
     files: Mapping[str, bytes]
     """Relative path → content (``job.json``, ``<node>.sh``, the workloads package)."""
     tars: tuple[Path, ...] = ()
-    """Whole tar files appended as they are (the user's code: :func:`tui.launch.codeship.bundle_for_run`)."""
+    """Whole tar files appended as they are (the user's code: :func:`tui.codeship.bundle_for_run`)."""
 
 
 #: How much of a shared tar is read and sent at once.

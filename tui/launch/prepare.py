@@ -13,9 +13,9 @@ from typing import Any, Mapping, Optional
 
 from shared.config import FtwizConfig
 from tui.launch.options import LaunchError, RunOptions
-from tui.launch.record import RunRecord, latest_run_id, runs_dir
 from tui.launch.run import Run
-from tui.launch.runindex import RunNotFound
+from tui.runs.index import RunNotFound
+from tui.runs.record import RunRecord, latest_run_id, runs_dir
 
 __all__ = ["ResumeFrom", "listener_deadline", "new_run", "resume_from"]
 
@@ -61,25 +61,28 @@ def new_run(
 ) -> tuple[Run, Optional[str]]:
     """A run ready to :meth:`~tui.launch.run.Run.launch`, and a warning to show (or None).
 
-    The interface plan is :func:`shared.netplan.node_env` over ``reports``; when it cannot be made,
-    NCCL/gloo pick interfaces themselves and the warning says so. ``checked`` is the checklist run the
-    launch follows (:class:`tui.checks.engine.ChecklistRun`): its rows and its gradient-sync forecast go
-    into ``run.json``, and the forecast is shown beside the sync time the run measures.
+    ``checked`` is the checklist run the launch follows (:class:`tui.checks.engine.ChecklistRun`): the launch
+    takes the interface environment and the sharding it approved as they are; its rows and its gradient-sync
+    forecast go into ``run.json``, and the forecast is shown beside the sync time the run measures. Without it
+    (or when it made no interface plan) the plan is :func:`shared.netplan.node_env` over ``reports``, made here
+    once; when it cannot be made, NCCL/gloo pick interfaces themselves and the warning says so.
     """
     source = resume_from(config, options) if resume else None
-    network_env, note = None, None
-    if reports:
+    network_env = getattr(checked, "network_env", None)
+    note = None
+    if network_env is None and reports:
         try:
             from shared.netplan import node_env
 
             network_env = node_env(config, reports)
         except Exception as exc:  # the checklist reports a plan that cannot be made; the launch goes on
-            note = f"no interface plan ({type(exc).__name__}: {exc}); NCCL/gloo will pick interfaces themselves"
+            network_env, note = {}, f"no interface plan ({type(exc).__name__}: {exc}); NCCL/gloo will pick interfaces themselves"
     run = Run(
         config,
         options=options,
         reports=reports,
         network_env=network_env,
+        sharding=getattr(checked, "sharding", None),
         resume=resume,
         output_dir=source.output_dir if source else None,
         resumed_from=source.run_id if source else None,

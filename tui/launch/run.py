@@ -37,11 +37,11 @@ from shared.config import FtwizConfig
 from tui.exitcodes import EXIT_OK
 from tui.launch.detached import DetachedMixin
 from tui.launch.events import RunNodeState, RunResult
+from tui.launch.launchplan import LaunchPlan, Sharding
 from tui.launch.options import LaunchError, RunOptions
-from tui.launch.record import RunRecord, new_run_id, runs_dir
-from tui.launch.status import RunStatus
 from tui.launch.supervisor import Detach, Keep, StallFound, StopAll, Succeed
-from tui.launch.support import plan_network
+from tui.runs.record import RunRecord, new_run_id, runs_dir
+from tui.runs.status import RunStatus
 
 __all__ = ["LaunchError", "Run", "RunOptions"]
 
@@ -57,6 +57,7 @@ class Run(DetachedMixin):
         options: Optional[RunOptions] = None,
         reports: Optional[Mapping[str, Any]] = None,
         network_env: Optional[Mapping[str, Mapping[str, str]]] = None,
+        sharding: Optional[Sharding] = None,
         resume: bool = False,
         output_dir: Optional[str] = None,
         resumed_from: Optional[str] = None,
@@ -82,7 +83,11 @@ class Run(DetachedMixin):
         super().__init__(config, record, options=options, reports=reports, clock=clock)
         if record.index_problem:
             self._note(record.index_problem, "warn")
-        self.network_env = network_env if network_env is not None else plan_network(config, self.reports)
+        #: The interface environment and the sharding the checklist approved; None: planned once, at launch.
+        self.network_env = network_env
+        self.sharding = sharding
+        #: Every decision of the launch, made once (:class:`~tui.launch.launchplan.LaunchPlan`); None until launched.
+        self.launch_plan: Optional[LaunchPlan] = None
         self.resume = record.model.resume
         self.output_dir = record.model.output_dir or config.job.output_dir
         #: Unix time before which torchrun must not start (the checklist's test listener still holds
@@ -112,7 +117,7 @@ class Run(DetachedMixin):
         """Reconnect to a detached run: replay every node's log from the start and supervise again.
 
         Raises :class:`LaunchError` when a node cannot be reached or holds no such run, and
-        :class:`tui.launch.runindex.RunNotFound` when there is no record under the runs directory; the
+        :class:`tui.runs.index.RunNotFound` when there is no record under the runs directory; the
         stored record is then left exactly as it was (and none is made).
         """
         options = options or RunOptions()

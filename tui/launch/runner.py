@@ -227,19 +227,16 @@ class NodeRunner:
             elif line.strip():
                 said.append(line.strip())
 
-    def prepare(self, build_payload: Callable[[str, str], Payload]) -> str:
-        """Open the node's launch exec: create the run directory, learn its absolute path, send the job.
-
-        Nothing starts until :meth:`launch`; a prepared node whose link is closed starts nothing.
-        """
+    def open_rundir(self) -> str:
+        """Open the node's launch exec: create the run directory and learn its absolute path (the node then
+        waits for its job, :meth:`send_job`). Nothing starts until :meth:`launch`; a prepared node whose link
+        is closed starts nothing."""
         link = self._need_link()
         said: list[str] = []
         try:
             self._stream = link.stream(self._launch_command())
             self.rundir_abs = self._expect("R", 30, said).strip()
             self.workdir_abs = self.rundir_abs[: -len(rundir_rel(self.run_id)) - 1]
-            send_payload(self._stream.send, build_payload(self.workdir_abs, self.rundir_abs))
-            self._expect("U", 60, said)
         except LinkLost:
             self._drop_stream()
             self._drop_link()
@@ -248,6 +245,22 @@ class NodeRunner:
             self._drop_stream()
             raise
         return self.rundir_abs
+
+    def send_job(self, payload: Payload) -> None:
+        """Send the node its slice of the launch plan into the run directory :meth:`open_rundir` made."""
+        if self._stream is None:
+            raise RuntimeError(f"{self.name}: no launch exec open")
+        said: list[str] = []
+        try:
+            send_payload(self._stream.send, payload)
+            self._expect("U", 60, said)
+        except LinkLost:
+            self._drop_stream()
+            self._drop_link()
+            raise
+        except BaseException:
+            self._drop_stream()
+            raise
 
     def launch(self, timeout: float = 30.0) -> int:
         """Say ``go``: the node starts ``<node>.sh`` in its own session and streams its log. Returns the pgid."""

@@ -17,8 +17,8 @@ from tui.launch.base import RunCore
 from tui.launch.events import RunNodeState, RunResult
 from tui.launch.links import NodeGone
 from tui.launch.runner import NodeRunner
-from tui.launch.status import RunStatus
 from tui.launch.support import agent_stop, explain
+from tui.runs.status import RunStatus
 
 __all__ = ["StopMixin"]
 

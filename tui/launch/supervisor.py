@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Optional
 
+from shared.torchrun_failures import describe_worker_exit
 from tui.exitcodes import EXIT_FAILED, EXIT_OK
 from tui.launch.activity import ActivityTracker, hang_before_first_step
 from tui.launch.events import RunNodeState
-from tui.launch.failure import describe_worker_exit
 from tui.launch.messages import EndingKind, NodeEnding, RankSample
-from tui.launch.status import RunStatus
+from tui.runs.status import RunStatus
 
 __all__ = ["Detach", "Decision", "Keep", "SupervisedNode", "Phase", "StallFound", "StopAll", "Succeed", "Supervisor", "Timing", "WorkerFailure"]
 

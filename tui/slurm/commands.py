@@ -25,8 +25,8 @@ def export_sbatch(config: FtwizConfig, path: str, *, stderr: TextIO = sys.stderr
     The run directory is created under ``[slurm] workdir`` (resolved here: it must be the same path on every
     node, a shared filesystem), so the script's ``#SBATCH --output`` can be written there.
     """
-    from tui.launch.record import new_run_id
     from tui.launch.support import workload_files
+    from tui.runs.record import new_run_id
     from tui.slurm.export import ExportError, export_script
 
     run_id = new_run_id()

@@ -128,8 +128,8 @@ class StoredRun:
 
 def stored_run(run_id: str | None, options: Any, say: Say) -> StoredRun | int:
     """The stored Slurm run ``run_id`` (default: the latest), or an exit code after saying what is wrong."""
-    from tui.launch.record import RunRecord, latest_run_id, runs_dir
-    from tui.launch.runindex import RunNotFound, find_run
+    from tui.runs.index import RunNotFound, find_run
+    from tui.runs.record import RunRecord, latest_run_id, runs_dir
 
     base = runs_dir(options.runs_dir)
     run_id = run_id or latest_run_id(base)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.config import ClusterConfig, NodeConfig
+from shared.slurmjob import valid_job_id
 from tui.launch.links import ExecResult, LinkLost, NodeGone, ProcessLines
 from tui.slurm import slurmctl
 
@@ -23,7 +24,7 @@ __all__ = ["SrunLink", "srun_argv", "srun_link_factory"]
 
 def srun_argv(job_id: str, node: str, command: str) -> list[str]:
     """One task of ``command`` (a shell string built from quoted pieces) on ``node`` inside job ``job_id``."""
-    if not slurmctl.valid_job_id(job_id):
+    if not valid_job_id(job_id):
         raise LinkLost(f"{job_id!r} is not a Slurm job id: refusing to pass it to srun")
     return ["srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
             "--quiet", "--unbuffered", "--kill-on-bad-exit=0", "--job-name=ftwiz-node", "sh", "-c", command]

@@ -12,23 +12,15 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["JOB_ID_PATTERN", "JobInfo", "SlurmError", "cancel", "hostnames", "job_detail", "job_info", "node_addresses", "node_states", "submit", "valid_job_id"]
+from shared.slurmjob import valid_job_id
+
+__all__ = ["JobInfo", "SlurmError", "cancel", "hostnames", "job_detail", "job_info", "node_addresses", "node_states", "submit"]
 
 _TIMEOUT_S = 30.0
 
 
 class SlurmError(RuntimeError):
     """A Slurm command failed; the message names the command, what it said and the fix."""
-
-
-JOB_ID_PATTERN = r"\d+(_\d+)?"
-"""A Slurm job id: digits, or an array task ``<job>_<task>`` (matched whole: never an option like ``--me``)."""
-_JOB_ID = re.compile(JOB_ID_PATTERN)
-
-
-def valid_job_id(job_id: object) -> bool:
-    """True when ``job_id`` is a string that is a whole Slurm job id (:data:`JOB_ID_PATTERN`)."""
-    return isinstance(job_id, str) and _JOB_ID.fullmatch(job_id) is not None
 
 
 def _job(job_id: str) -> str:

@@ -14,15 +14,18 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Iterator, Optional
 
-from tui.launch.plan import RUN_ID_RE
+from agent.procmatch import RUN_ID_PATTERN
 
-__all__ = ["RunNotFound", "find_run", "index_path", "remember", "state_dir"]
+__all__ = ["RUN_ID_RE", "RunNotFound", "find_run", "index_path", "remember", "state_dir"]
 
 INDEX_NAME = "runs.json"
+#: What a run id may look like: it appears in paths, argv and environment, so keep it boring.
+RUN_ID_RE = re.compile(RUN_ID_PATTERN)  # one rule, shared with the reapers (agent.procmatch)
 
 
 class RunNotFound(LookupError):

@@ -12,7 +12,7 @@ that resolves outside it (a credentials file, ``/proc/self/environ``), a danglin
 or a device that the ignore rules do not exclude stops the launch with an error naming each one. The size
 cap counts the bytes actually read, not what ``stat`` says.
 
-:func:`bundle_for_run` builds the tar once per run into a temporary file; every node's upload streams it
+:func:`bundle_for_run` builds the tar once per launch into a temporary file; every node's upload streams it
 from disk (:func:`tui.launch.plan.send_payload`), so the controller's memory does not grow with the nodes.
 
 The ignore syntax is gitignore(5), matched by ``pathspec`` (gitwildmatch) on its RE2 backend: linear
@@ -164,35 +164,32 @@ def ignore_spec(root: Path) -> pathspec.GitIgnoreSpec:
         raise
 
 
-_CACHE: dict[tuple[str, str], CodeBundle] = {}
-_CACHE_LOCK = threading.Lock()
+_BUILT: list[CodeBundle] = []
+_BUILT_LOCK = threading.Lock()
 
 
 def bundle_for_run(run_id: str, root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> CodeBundle:
-    """:func:`collect_code` once per run into a private temporary tar (every node's runner thread asks; all
-    get the same bundle, and each upload streams the one file). The tars go when ftwiz exits."""
-    key = (run_id, str(root))
-    with _CACHE_LOCK:
-        if key not in _CACHE:
-            if len(_CACHE) > 8:
-                for old in _CACHE.values():
-                    _remove_tar(old)
-                _CACHE.clear()
-            folder = Path(tempfile.mkdtemp(prefix=f"ftwiz-code-{run_id}-"))  # mode 0700
-            try:
-                _CACHE[key] = collect_code(root, max_bytes=max_bytes, tar_path=folder / "code.tar")
-            except BaseException:
-                shutil.rmtree(folder, ignore_errors=True)
-                raise
-        return _CACHE[key]
+    """:func:`collect_code` into a private temporary tar for run ``run_id`` (the launch plan asks once; every
+    node's upload streams the one file). The tars go when ftwiz exits."""
+    folder = Path(tempfile.mkdtemp(prefix=f"ftwiz-code-{run_id}-"))  # mode 0700
+    try:
+        bundle = collect_code(root, max_bytes=max_bytes, tar_path=folder / "code.tar")
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    with _BUILT_LOCK:
+        _BUILT.append(bundle)
+        while len(_BUILT) > 8:  # a long TUI session launches many times: keep the tars of the last few launches only
+            _remove_tar(_BUILT.pop(0))
+    return bundle
 
 
 @atexit.register
 def _remove_tars() -> None:
-    with _CACHE_LOCK:
-        for bundle in _CACHE.values():
+    with _BUILT_LOCK:
+        for bundle in _BUILT:
             _remove_tar(bundle)
-        _CACHE.clear()
+        _BUILT.clear()
 
 
 def _remove_tar(bundle: CodeBundle) -> None:

@@ -3,7 +3,7 @@
 ``run.json`` has a schema, :class:`RunRecordModel` (pydantic, with the :class:`RunStatus` enum),
 and is rewritten atomically (temp file in the same directory, fsync, rename) at every state change,
 so it is complete whatever stops the controller. :meth:`RunRecord.create` starts a new record and
-saves it (and adds it to the per-user index, :mod:`tui.launch.runindex`); :meth:`RunRecord.open` reads a
+saves it (and adds it to the per-user index, :mod:`tui.runs.index`); :meth:`RunRecord.open` reads a
 stored one through the model and never writes it (a failed ``--attach`` leaves the record exactly as it was;
 a run with no record is refused, never given one). The runs directory is ``./runs`` unless
 ``FTWIZ_RUNS_DIR`` says otherwise.
@@ -26,8 +26,8 @@ from typing import Any, Optional, TextIO
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared.redact import masked_config, masked_env
-from tui.launch.status import NEVER_RAN, RunStatus
-from tui.slurm.slurmctl import valid_job_id
+from shared.slurmjob import valid_job_id
+from tui.runs.status import NEVER_RAN, RunStatus
 
 __all__ = ["NodeRecord", "RunRecord", "RunRecordModel", "latest_run_id", "load_record", "new_run_id", "runs_dir"]
 
@@ -193,8 +193,8 @@ class RunRecord:
 
     @classmethod
     def create(cls, base: Path, run_id: str, **fields: Any) -> "RunRecord":
-        """A new record for ``run_id``, saved at once and added to the per-user index (:mod:`tui.launch.runindex`)."""
-        from tui.launch.runindex import remember
+        """A new record for ``run_id``, saved at once and added to the per-user index (:mod:`tui.runs.index`)."""
+        from tui.runs.index import remember
 
         record = cls(base, RunRecordModel(run_id=run_id, **fields))
         record.save()
@@ -205,10 +205,10 @@ class RunRecord:
     def open(cls, base: Path, run_id: str) -> "RunRecord":
         """The stored record of ``run_id``, read through :class:`RunRecordModel`. Never writes.
 
-        Raises :class:`tui.launch.runindex.RunNotFound` when there is no record or it does not read as one:
+        Raises :class:`tui.runs.index.RunNotFound` when there is no record or it does not read as one:
         a run that was not found never gets a record (a stop or attach must not invent one).
         """
-        from tui.launch.runindex import RunNotFound
+        from tui.runs.index import RunNotFound
 
         path = base / run_id / "run.json"
         try:

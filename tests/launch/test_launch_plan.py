@@ -1,0 +1,121 @@
+"""Plan once: a launch on N nodes makes one plan, one memory estimate and one code bundle, and takes what the
+checklist approved as it is (issue 20). Driven through the fake transport of the driver tests, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import shared.fit
+import shared.netplan
+import tui.codeship
+import tui.launch.launching
+import tui.launch.launchplan
+from shared.config import FtwizConfig, JobConfig, NodeConfig
+from tests.launch.fakelink import FakeCluster
+from tests.launch.test_driver_fake import Driven, _config, _running
+from tests.tui.fixture_cluster import constructed_report
+from tui.exitcodes import EXIT_OK
+from tui.launch.prepare import new_run
+from tui.launch.run import Run
+from tui.runs.status import RunStatus
+
+NODES = ["a", "b", "c"]
+MODEL = "meta-llama/Llama-2-7b-hf"  # in the catalog: the estimator knows its architecture without a download
+
+
+@pytest.fixture
+def counted(monkeypatch) -> Counter:
+    """Calls of the launch plan builder, the per-node plan builder, the sharding estimate, the interface plan and
+    the code bundle, wherever a launch reaches them."""
+    calls: Counter = Counter()
+
+    def count(module: Any, name: str) -> None:
+        real = getattr(module, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    count(tui.launch.launching, "build_launch_plan")
+    count(tui.launch.launchplan, "build_plan")
+    count(tui.launch.launchplan, "bundle_for_run")
+    count(tui.codeship, "collect_code")
+    count(shared.fit, "choose_sharding")
+    count(shared.netplan, "resolve_interfaces")
+    return calls
+
+
+def _three_nodes(tmp_path: Path) -> tuple[FtwizConfig, dict[str, Any]]:
+    """Your own code on three one-GPU nodes, its model declared and ``sharding = "auto"``: a launch must estimate
+    (ddp or fsdp), plan the interfaces, build every node's command and ship the code."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "train.py").write_text("print('hello')\n")
+    base = _config(tmp_path)
+    config = FtwizConfig(
+        cluster=base.cluster,
+        nodes=[NodeConfig(name=n, host="127.0.0.1", workdir=f"/w/{n}", gpus=1) for n in NODES],
+        job=JobConfig(workload="command", command=["train.py"], code_dir=str(tmp_path / "proj"), model=MODEL,
+                      method="lora", sharding="auto", stall_timeout_s=60.0, first_step_grace_s=600.0),
+    )
+    reports = {n.name: constructed_report(n.name, n.host, "h100-sxm-8x") for n in config.nodes}
+    return config, reports
+
+
+def _launch_and_finish(tmp_path: Path, config: FtwizConfig, **run_kwargs: Any) -> Driven:
+    d = Driven(tmp_path, fake=FakeCluster(NODES))
+    run = Run(config, options=d.options, clock=d.fake.clock, **run_kwargs)
+    d.fake.run_id = run.run_id
+    run.subscribe(d._observe)
+    run.launch()
+    d._supervise(run)
+    _running(d)
+    for node in NODES:
+        d.fake.nodes[node].exit(0)
+    result = d.finished()
+    assert (result.status, result.exit_code) == (RunStatus.SUCCEEDED, EXIT_OK)
+    return d
+
+
+def test_a_three_node_launch_plans_estimates_and_bundles_once(tmp_path, counted):
+    config, reports = _three_nodes(tmp_path)
+    d = _launch_and_finish(tmp_path, config, reports=reports)
+    assert counted["build_launch_plan"] == 1, "one launch plan"
+    assert counted["build_plan"] == 1, "every node's command built in one pass, not once per node"
+    assert counted["choose_sharding"] == 1, "one memory estimate for sharding = auto"
+    assert counted["resolve_interfaces"] == 1, "one interface plan"
+    assert (counted["bundle_for_run"], counted["collect_code"]) == (1, 1), "one code bundle"
+    plan = d.run.launch_plan if d.run is not None else None
+    assert plan is not None and set(plan.nodes) == set(NODES)
+    jobs = {node: json.loads(d.fake.nodes[node].files["job.json"]) for node in NODES}  # type: ignore[index]
+    assert plan.sharding is not None and {job["sharding"] for job in jobs.values()} == {plan.sharding[0]}
+    stored = d.record()
+    for node in NODES:
+        files = d.fake.nodes[node].files or {}
+        assert f"{node}.sh" in files and not any(f"{other}.sh" in files for other in NODES if other != node), "each node its slice"
+        assert "code/train.py" in files, "the one bundle reached every node"
+        assert jobs[node]["workdir"] == stored["nodes"][node]["workdir"] == f"/fake/{node}", "each node's own workdir"
+
+
+def test_the_launch_takes_what_the_checklist_approved_and_estimates_nothing(tmp_path, counted):
+    config, reports = _three_nodes(tmp_path)
+    approved = {n: {"NCCL_SOCKET_IFNAME": "=approved0", "GLOO_SOCKET_IFNAME": "approved0", "NCCL_IB_DISABLE": "1"} for n in NODES}
+    checked = SimpleNamespace(results=[], sync=None, network_env=approved, sharding=("fsdp", "auto: as the checklist decided"))
+    prepared, note = new_run(config, options=Driven(tmp_path).options, reports=reports, resume=False, checked=checked)
+    assert note is None and prepared.network_env is approved and prepared.sharding == checked.sharding
+    prepared.record.close()
+    d = _launch_and_finish(tmp_path, config, reports=reports, network_env=prepared.network_env, sharding=prepared.sharding)
+    assert counted["choose_sharding"] == 0 and counted["resolve_interfaces"] == 0, "nothing the checklist decided is decided again"
+    for node in NODES:
+        files = d.fake.nodes[node].files or {}
+        job = json.loads(files["job.json"])
+        assert (job["sharding"], job["sharding_reason"]) == checked.sharding
+        assert "export GLOO_SOCKET_IFNAME=approved0" in files[f"{node}.sh"].decode()
