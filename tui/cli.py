@@ -101,20 +101,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         _err(f"config error: {exc}")
         return EXIT_USAGE
-    if args.check or args.launch or args.attach is not None or args.stop:
-        from tui.codeship import anchor_code_dir
-
-        anchor_code_dir(loaded.config.job, loaded.path)  # [job].code_dir is relative to ftwiz.toml, not to the cwd
+    runs_code = args.check or args.launch or args.attach is not None or args.stop
     if args.export_sbatch is not None:
         from tui.slurm.commands import export_sbatch
 
         return export_sbatch(loaded.config, args.export_sbatch)
     if args.stop or args.attach:
+        _anchor_code_dir(loaded)
         return _named_run(args, loaded)
     if loaded.config.cluster.backend == "slurm" and not args.check:
+        if runs_code:
+            _anchor_code_dir(loaded)
         return _slurm(args, loaded)
     try:
-        with _local_agent(loaded.config):
+        with _local_agent(loaded.config):  # first: the agent starts while this process imports what comes next
+            if runs_code:
+                _anchor_code_dir(loaded)
             if args.check:
                 return _check(loaded, json_output=args.json, ssh=not args.no_ssh, full_mesh=args.mesh)
             if args.launch or args.attach is not None or args.stop:
@@ -123,6 +125,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+
+
+def _anchor_code_dir(loaded: Any) -> None:
+    """``[job].code_dir`` is relative to ftwiz.toml, not to the current directory."""
+    from tui.codeship import anchor_code_dir
+
+    anchor_code_dir(loaded.config.job, loaded.path)
 
 
 # --------------------------------------------------------------------------- local agent
