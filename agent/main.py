@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from typing import Any, AsyncIterator, Optional
 
 from fastapi import Depends, FastAPI, Request
@@ -32,11 +33,8 @@ def create_app(settings: AgentSettings, *, sampler: Optional[Sampler] = None) ->
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.sampler.start()
-        app.openapi()  # build the schema now, not on the first /openapi.json request
-        # Startup objects (FastAPI, pydantic schemas) never die: keep them out of the collector's
-        # scans so a full collection does not stall a request.
-        gc.collect()
-        gc.freeze()
+        # Beside the first requests, not before them: a local agent's start-up is on the path of every ftwiz start.
+        threading.Thread(target=_settle, args=(app,), name="ftwiz-settle", daemon=True).start()
         try:
             yield
         finally:
@@ -59,6 +57,15 @@ def create_app(settings: AgentSettings, *, sampler: Optional[Sampler] = None) ->
     for router in (report.router, metrics.router, probes.router, sink.router, runs.router, kernel.router):
         app.include_router(router, **protected)
     return app
+
+
+def _settle(app: FastAPI) -> None:
+    """Build the OpenAPI schema now, not on the first ``/openapi.json`` request; then keep the start-up objects (FastAPI,
+    pydantic schemas, that schema), which never die, out of the collector's scans, so a full collection does not stall
+    a request."""
+    app.openapi()
+    gc.collect()
+    gc.freeze()
 
 
 async def _http_error(request: Request, error: Exception) -> Response:

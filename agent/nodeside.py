@@ -349,8 +349,10 @@ def cmd_follow(rundir, node, offset, tick, child=None, started=None):
     run_id = os.path.basename(os.path.normpath(rundir))
     workers = []  # type: list
     scans = 0
+    ended = None
     if child is not None:
         pgid = child.pid
+        ended = _on_exit(child)
     while True:
         now = time.time()
         if child is not None:
@@ -405,8 +407,29 @@ def cmd_follow(rundir, node, offset, tick, child=None, started=None):
         if pgid is None and now - waited_since > 30 and not os.path.exists(log):
             _emit("X missing")
             return 0
-        # Poll fast until torchrun is up (the launch waits for the pgid), then at an easy pace.
-        time.sleep(0.2 if pgid is not None else 0.02)
+        # Poll fast until torchrun is up (the launch waits for the pgid), then at an easy pace; our own child's end
+        # (the launch's <node>.sh) wakes the loop at once, so a run's end is reported when it happens.
+        pause = 0.2 if pgid is not None else 0.02
+        if ended is not None and not ended.is_set():
+            ended.wait(pause)
+        else:
+            time.sleep(pause)
+
+
+def _on_exit(child):
+    """An event set the moment ``child`` ends (a thread waits for it, which also reaps it)."""
+    import threading
+
+    ended = threading.Event()
+
+    def wait():
+        try:
+            child.wait()
+        finally:
+            ended.set()
+
+    threading.Thread(target=wait, name="ftwiz-child-wait", daemon=True).start()
+    return ended
 
 
 def _flush_pending(pending, offset):

@@ -202,8 +202,9 @@ class AgentClient:
         if client is None:
             # trust_env=False: a corporate HTTP(S)_PROXY must never see the token or intercept node traffic.
             if self._ssl is None:
-                # Built once: httpx would load the CA bundle again for every client (~35 ms each).
-                self._ssl = ssl.create_default_context()
+                # Built once: httpx would load the CA bundle again for every client (~35 ms each). Over plain HTTP it
+                # is never used: a context without the bundle (loading it costs ~20 ms) would refuse any server.
+                self._ssl = ssl.create_default_context() if self.tls else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             client = httpx.AsyncClient(base_url=url, headers=self._headers, transport=self._transport, trust_env=False,
                                        verify=self._ssl, limits=httpx.Limits(max_connections=8, max_keepalive_connections=4))
             self._clients[url] = client

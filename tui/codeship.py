@@ -14,6 +14,8 @@ cap counts the bytes actually read, not what ``stat`` says.
 
 :func:`bundle_for_run` builds the tar once per launch into a temporary file; every node's upload streams it
 from disk (:func:`tui.launch.plan.send_payload`), so the controller's memory does not grow with the nodes.
+:func:`prebuild` starts that work early, in a thread, while the checklist runs (``ftwiz --launch``); the run takes
+the result over when the tree is what it was (the same files, sizes, modes and times), and builds afresh otherwise.
 
 The ignore syntax is gitignore(5), matched by ``pathspec`` (gitwildmatch) on its RE2 backend: linear
 time whatever the pattern (``**/**/…``, ``*a*a*a*…b`` cannot backtrack).
@@ -38,7 +40,7 @@ import pathspec
 from shared.codepaths import CODE_SUBDIR
 
 __all__ = ["CODE_SUBDIR", "DEFAULT_EXCLUDES", "DEFAULT_MAX_BYTES", "CodeBundle", "CodeDirError", "anchor_code_dir", "bundle_for_run",
-           "collect_code", "ignore_spec", "resolve_code_dir"]
+           "collect_code", "discard_prebuilt", "ignore_spec", "prebuild", "resolve_code_dir"]
 
 #: The size cap of a shipped tree: code and small configs, not data or checkpoints.
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -168,15 +170,90 @@ _BUILT: list[CodeBundle] = []
 _BUILT_LOCK = threading.Lock()
 
 
+@dataclass
+class _Prebuilt:
+    """A bundle built ahead of its run, and the tree (as walked before reading it) it was built from."""
+
+    max_bytes: int
+    tree: list["_Found"] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    bundle: Optional[CodeBundle] = None
+
+
+_PREBUILT: dict[str, _Prebuilt] = {}
+
+
+def prebuild(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> threading.Event:
+    """Start building ``root``'s bundle in a thread, for the run a checklist in progress may start; the event is set
+    when it is done. A tree that cannot ship builds nothing here (the checklist and then the run say why);
+    :func:`discard_prebuilt` drops the result."""
+    early = _Prebuilt(max_bytes)
+
+    def build() -> None:
+        folder = Path(tempfile.mkdtemp(prefix="ftwiz-code-"))  # mode 0700
+        try:
+            early.tree = _walk(root, ignore_spec(root))[0]  # before reading: a file changed meanwhile differs later
+            early.bundle = collect_code(root, max_bytes=max_bytes, tar_path=folder / "code.tar")
+        except Exception:  # the run builds again and raises it where it is shown
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            early.done.set()
+
+    with _BUILT_LOCK:
+        replaced = _PREBUILT.pop(str(root), None)
+        _PREBUILT[str(root)] = early
+    _discard(replaced)
+    threading.Thread(target=build, name="ftwiz-code-prebuild", daemon=True).start()
+    return early.done
+
+
+def discard_prebuilt() -> None:
+    """Drop every bundle :func:`prebuild` made (the launch it was for does not go ahead)."""
+    with _BUILT_LOCK:
+        dropped = list(_PREBUILT.values())
+        _PREBUILT.clear()
+    for early in dropped:
+        _discard(early)
+
+
+def _discard(early: Optional[_Prebuilt]) -> None:
+    if early is not None:
+        early.done.wait()
+        if early.bundle is not None:
+            _remove_tar(early.bundle)
+
+
+def _take_prebuilt(root: Path, max_bytes: int) -> Optional[CodeBundle]:
+    """The bundle prebuilt from ``root`` when the tree is still the one it was built from (else None, and it is dropped)."""
+    with _BUILT_LOCK:
+        early = _PREBUILT.pop(str(root), None)
+    if early is None:
+        return None
+    early.done.wait()
+    try:
+        same = early.bundle is not None and early.max_bytes == max_bytes and _walk(root, ignore_spec(root))[0] == early.tree
+    except (CodeDirError, OSError):
+        same = False
+    if not same:
+        _discard(early)
+        return None
+    return early.bundle
+
+
 def bundle_for_run(run_id: str, root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> CodeBundle:
     """:func:`collect_code` into a private temporary tar for run ``run_id`` (the launch plan asks once; every
-    node's upload streams the one file). The tars go when ftwiz exits."""
-    folder = Path(tempfile.mkdtemp(prefix=f"ftwiz-code-{run_id}-"))  # mode 0700
-    try:
-        bundle = collect_code(root, max_bytes=max_bytes, tar_path=folder / "code.tar")
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
+    node's upload streams the one file), or what :func:`prebuild` made of the same tree. The tars go when ftwiz
+    exits."""
+    prebuilt = _take_prebuilt(root, max_bytes)
+    if prebuilt is not None:
+        bundle = prebuilt
+    else:
+        folder = Path(tempfile.mkdtemp(prefix=f"ftwiz-code-{run_id}-"))  # mode 0700
+        try:
+            bundle = collect_code(root, max_bytes=max_bytes, tar_path=folder / "code.tar")
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
     with _BUILT_LOCK:
         _BUILT.append(bundle)
         while len(_BUILT) > 8:  # a long TUI session launches many times: keep the tars of the last few launches only
@@ -190,6 +267,7 @@ def _remove_tars() -> None:
         for bundle in _BUILT:
             _remove_tar(bundle)
         _BUILT.clear()
+    discard_prebuilt()
 
 
 def _remove_tar(bundle: CodeBundle) -> None:

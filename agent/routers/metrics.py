@@ -3,7 +3,6 @@
 from fastapi import APIRouter, Depends, Response
 
 from ..dependencies import get_state
-from ..metrics import CONTENT_TYPE, render
 from ..state import AgentState
 
 router = APIRouter(tags=["metrics"])
@@ -17,4 +16,6 @@ router = APIRouter(tags=["metrics"])
 )
 async def metrics(state: AgentState = Depends(get_state)) -> Response:
     """Per-GPU gauges labelled ``gpu``/``uuid``, host, disk and network gauges, agent process metrics."""
+    from ..metrics import CONTENT_TYPE, render  # prometheus_client, once something scrapes
+
     return Response(content=render(state.registry), media_type=CONTENT_TYPE)

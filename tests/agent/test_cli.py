@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO_ROOT, free_port
+from .conftest import REPO_ROOT, AgentProcess, free_port
 
 
 def agent_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -125,3 +127,23 @@ def test_python_m_agent_help_does_not_import_torch() -> None:
     assert result.returncode == 0
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert "torch" not in imported and "agent.cli" in imported
+
+
+@pytest.mark.parametrize("connection_open", [False, True])
+def test_sigterm_runs_the_lifespan_shutdown_with_or_without_an_open_connection(tmp_path: Path, connection_open: bool) -> None:
+    """With no connection open the agent skips uvicorn's grace for open connections; either way it closes its
+    listening socket, runs the application's shutdown (sampler, test listeners) and exits 0."""
+    agent = AgentProcess(tmp_path, node_name="stopping", extra_args=["--log-level", "info"])
+    with agent.client() as http:
+        assert http.get("/v1/report").status_code == 200
+        if not connection_open:
+            http.close()
+        agent.process.send_signal(signal.SIGTERM)
+        assert agent.process.wait(30) == -signal.SIGTERM, agent.log_tail()  # uvicorn re-raises the signal once it is done
+    agent.stop()
+    log = agent.log_path.read_text()
+    assert "Shutting down" in log and "Application shutdown complete" in log, log[-2000:]
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the next agent would: TIME_WAIT is no listener
+        sock.bind(("127.0.0.1", agent.port))
+        sock.listen()  # nothing listens there any more

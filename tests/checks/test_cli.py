@@ -36,6 +36,28 @@ def test_help_imports_nothing_heavy():
     assert "HEAVY=\n" in res.stdout and "--check" in res.stdout and "exit codes" in res.stdout
 
 
+_EXIT = """
+import atexit, sys, threading, time
+from tui.cli import exit_now
+atexit.register(lambda: print("atexit ran", flush=True))
+if sys.argv[1] == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.3), print("the thread finished"))).start()
+print("buffered, not flushed", end="")
+sys.stderr.write("on stderr")
+exit_now(3)
+"""
+
+
+@pytest.mark.parametrize("thread", ["none", "thread"])
+def test_exit_now_keeps_the_exit_code_the_output_atexit_and_a_running_thread(thread):
+    """ftwiz leaves without the interpreter's finalisation, but loses nothing a normal exit would keep."""
+    res = subprocess.run([sys.executable, "-c", _EXIT, thread], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert res.returncode == 3, res.stderr
+    assert res.stdout.startswith("buffered, not flushed") and "atexit ran" in res.stdout and res.stderr == "on stderr"
+    if thread == "thread":
+        assert "the thread finished" in res.stdout  # the normal exit, which waits for it
+
+
 @pytest.mark.parametrize("args", [["--json"], ["--check", "--launch"], ["--yes", "--check"], ["--bogus"], ["--stop"], ["--mesh"]])
 def test_usage_errors_exit_2(args):
     res = ftwiz(*args)

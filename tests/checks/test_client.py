@@ -131,3 +131,16 @@ async def test_probes(agent):
         assert stopped.ok and stopped.value.killed == []
         down = await client.probe_connect(NodeConfig(name="x", host="127.0.0.1", agent_port=free_port()), "127.0.0.1", 1)
         assert down.state is NodeState.DOWN and not down.ok
+
+
+async def test_plain_http_loads_no_ca_bundle_and_could_not_reach_a_tls_server(agent):
+    """Over plain HTTP the TLS context is never used: it is made without the CA bundle (loading it costs every ftwiz
+    start ~20 ms), and it verifies like any other, so it would refuse a server rather than trust one."""
+    import ssl
+
+    port, token = agent
+    async with AgentClient(config_for([("a", "127.0.0.1", port)], token)) as client:
+        assert (await client.report("a")).state is NodeState.UP
+        context = client._ssl
+        assert context is not None and context.cert_store_stats()["x509_ca"] == 0
+        assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname

@@ -155,3 +155,29 @@ async def test_the_wizard_shows_the_same_progress_with_an_eta(tmp_path):
             await pilot.click("#stop")
             await wait_for(pilot, lambda: app.launch.result is not None, what="the stop", timeout=120)
             assert app.launch.result.status == "stopped"
+
+
+#: Imported only for what the headless launch of a local node does not do: a terminal table (rich; click and pygments
+#: with httpx's own CLI), the wizard, SSH, and torch in the controller.
+UNUSED_ON_THE_HEADLESS_PATH = ("rich", "click", "pygments", "textual", "paramiko", "torch")
+
+
+def test_a_one_line_script_starts_without_importing_what_the_headless_path_does_not_use(tmp_path):
+    """The fast start (issue 19): the whole checklist, the run, the node's last line and the verdict, with its own
+    local agent stopped at exit; the controller imports none of :data:`UNUSED_ON_THE_HEADLESS_PATH`."""
+    config = _project(tmp_path, "one.py")
+    (config.parent / "one.py").write_text('print("hello from rank", __import__("os").environ["RANK"], flush=True)\n')
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tui.cli", "--config", str(config), "--launch", "--yes"], cwd=config.parent,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, f"{done.stderr[-3000:]}\n{done.stdout[-3000:]}"
+    assert "checklist passed" in done.stderr and "SUCCEEDED (exit 0)" in done.stderr  # the last words are flushed
+    assert "here/0 | hello from rank 0" in done.stdout and "here/1 | hello from rank 1" in done.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "tui.launch.commands" in imported and "tui.client" in imported
+    assert not imported & set(UNUSED_ON_THE_HEADLESS_PATH), sorted(imported & set(UNUSED_ON_THE_HEADLESS_PATH))
+    port = int(re.search(r"agent_port = (\d+)", config.read_text()).group(1))
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))  # the local agent ftwiz started is gone
+        sock.listen()

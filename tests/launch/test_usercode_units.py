@@ -260,3 +260,43 @@ def test_progress_regex_tee_ends_a_line_at_carriage_return_and_caps_the_partial(
     tee.write(" 5/9 [loss 0.5]\n")  # a \n-ended line is matched at once
     assert progress()[-1]["step"] == 5
     assert "16000/16000 [loss 0.0]" in out.getvalue()  # everything written still reaches the log
+
+
+def _members(tar_path: Path) -> dict[str, bytes]:
+    with tarfile.open(tar_path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+def test_a_bundle_prebuilt_while_the_checklist_runs_is_taken_over_only_for_the_same_tree(tmp_path):
+    """``ftwiz --launch`` builds the code's tar while the checklist runs; the run takes it over when the tree is what it
+    was, rebuilds it when a file changed meanwhile, and a launch that does not go ahead drops it."""
+    from tui import codeship
+
+    root = _tree(tmp_path / "proj", {"train.py": b"print('v1')\n", "lib/util.py": b"X = 1\n"})
+    codeship.prebuild(root)
+    same = codeship.bundle_for_run("20260101-000000-aaaa", root)
+    assert same.tar_path is not None and same.tar_path.name == "code.tar" and "ftwiz-code-2026" not in str(same.tar_path)
+    assert _members(same.tar_path) == {"code/train.py": b"print('v1')\n", "code/lib/util.py": b"X = 1\n"}
+
+    assert codeship.prebuild(root).wait(60)
+    (root / "train.py").write_bytes(b"print('v2, edited after the code was bundled')\n")
+    changed = codeship.bundle_for_run("20260101-000000-bbbb", root)
+    assert "ftwiz-code-20260101-000000-bbbb" in str(changed.tar_path)  # built for the run, not taken over
+    assert _members(changed.tar_path)["code/train.py"].startswith(b"print('v2")
+    assert changed.sha256 != same.sha256
+
+    assert codeship.prebuild(root).wait(60)
+    dropped = codeship._PREBUILT[str(root)].bundle
+    codeship.discard_prebuilt()
+    assert dropped is not None and dropped.tar_path is not None and not dropped.tar_path.exists()
+    rebuilt = codeship.bundle_for_run("20260101-000000-cccc", root)
+    assert "ftwiz-code-20260101-000000-cccc" in str(rebuilt.tar_path)
+
+
+def test_a_tree_that_cannot_ship_is_refused_by_the_run_as_before_prebuild(tmp_path):
+    from tui import codeship
+
+    root = _tree(tmp_path / "proj", {"train.py": b"x" * 2000})
+    codeship.prebuild(root, max_bytes=1000)
+    with pytest.raises(CodeDirError, match="train.py"):
+        codeship.bundle_for_run("20260101-000000-dddd", root, max_bytes=1000)

@@ -16,6 +16,7 @@ import threading
 from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
+from tui.codeship import discard_prebuilt, prebuild, resolve_code_dir
 from tui.doctor.hook import WHY_PREFIX
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
@@ -242,8 +243,11 @@ def launch(
         _err(f"resuming run {source.run_id}: continuing from the latest checkpoint in {source.output_dir}")
     listener_until, checked = None, None
     if checklist:
+        if config.job.workload == "command" and config.job.code_dir:
+            prebuild(resolve_code_dir(config.job.code_dir, None))  # the code's tar is made while the checklist runs
         allowed, reports, listener_until, checked = _checklist(config, force)
         if not allowed:
+            discard_prebuilt()
             return EXIT_FAILED
     else:
         reports = _poll_reports(config)
