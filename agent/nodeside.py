@@ -14,7 +14,8 @@ works on a node before, during and after a run, with nothing installed. Commands
     ``X <exit code>`` when torchrun ended by itself, ``X stopped`` when an ftwiz stop ended it
     (``<node>.stopped`` is there), or ``X gone`` when its process group vanished without an exit
     code (signalled by someone else). Every tick it also samples the run's workers on the node:
-    ``S [{"rank", "pid", "state", "cpu", "io"}, ...]`` (see :func:`agent.procmatch.worker_samples`).
+    ``S [{"rank", "pid", "state", "cpu", "io", "run_ns", "wait_ns"}, ...]`` (see
+    :func:`agent.procmatch.worker_samples`).
 ``kill RUN_ID NODE GRACE [PGID [RUNDIR [PGID_START]]]``
     SIGTERM (then SIGCONT, so a stopped process can act on it) to every process whose environment
     carries ``FTWIZ_RUN_ID=RUN_ID`` and ``FTWIZ_NODE=NODE``, and to process group ``PGID`` only while

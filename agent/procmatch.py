@@ -140,12 +140,24 @@ def process_sample(pid, proc_root="/proc"):
     return fields[0], int(fields[11]) + int(fields[12]), io_bytes, int(fields[1])
 
 
+def sched_ns(pid, proc_root="/proc"):
+    """``(run_ns, wait_ns)`` of ``pid``'s main thread: time on a CPU, and time runnable but waiting for one (a
+    busy host, or a cgroup CPU quota holding it back); None when unreadable (``/proc/<pid>/schedstat``)."""
+    try:
+        with open("%s/%d/schedstat" % (proc_root, pid)) as fh:
+            fields = fh.read().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def worker_samples(workers, proc_root="/proc"):
     """Per global rank, one sample summed over the rank's processes (its own children too).
 
     ``workers`` is ``[(pid, env)]`` of worker processes; returns ``[{"rank", "pid", "state", "cpu",
     "io"}]`` where ``pid``/``state`` are the rank's root process (the one whose parent is not of the
-    same rank: torchrun started it) and ``cpu``/``io`` the sums.
+    same rank: torchrun started it) and ``cpu``/``io`` the sums; ``run_ns``/``wait_ns`` (:func:`sched_ns`)
+    are the root's main thread's, the one that runs the training loop, when readable.
     """
     by_rank = {}  # type: dict
     for pid, env in workers:
@@ -161,6 +173,9 @@ def worker_samples(workers, proc_root="/proc"):
         pids = {pid for pid, _ in procs}
         roots = [(pid, s) for pid, s in procs if s[3] not in pids] or procs
         root_pid, root = min(roots)
-        rows.append({"rank": rank, "pid": root_pid, "state": root[0],
-                     "cpu": sum(s[1] for _, s in procs), "io": sum(s[2] for _, s in procs)})
+        row = {"rank": rank, "pid": root_pid, "state": root[0], "cpu": sum(s[1] for _, s in procs), "io": sum(s[2] for _, s in procs)}
+        sched = sched_ns(root_pid, proc_root)
+        if sched is not None:
+            row["run_ns"], row["wait_ns"] = sched
+        rows.append(row)
     return rows

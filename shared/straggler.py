@@ -20,6 +20,16 @@ Pure: the controller folds each rank's per-step timings (the built-in recipes pu
    slowdown is then the step time over the compute time (what the link costs every step).
 
 ``None`` when nobody is :data:`THRESHOLD` times slower than the others (or fewer than two ranks report).
+
+**Your own code** (``workload = "command"``) prints no per-rank timings; :func:`name_busy_straggler` decides
+from what the node sees of each rank's process instead (:class:`RankBusy`): the share of wall time its main
+thread wanted a CPU, running or runnable (``/proc/PID/schedstat``). In a data-parallel loop every rank does
+the same work per step, so CPU time alone says nothing (a rank held by a quota spends the same CPU-seconds,
+over a longer wall time); but the slow rank wants the CPU the whole step while its peers, done early, sleep in
+the collective waiting for it. The rank whose busy share is :data:`THRESHOLD` times the others' median (and
+at least :data:`BUSY_FLOOR`) is the straggler, why compute, slowdown that ratio (its step over a peer's
+compute). When nobody is busy (every rank waits: the network sets the pace) the mesh's slow-link node is
+named, why network. GPU ranks whose main thread spins in CUDA waits read as busy everywhere: nobody is named.
 """
 
 from __future__ import annotations
@@ -29,10 +39,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal, Optional
 
-__all__ = ["THRESHOLD", "RankTiming", "Straggler", "name_straggler"]
+__all__ = ["BUSY_FLOOR", "THRESHOLD", "RankBusy", "RankTiming", "Straggler", "name_busy_straggler", "name_straggler"]
 
 THRESHOLD = 1.3
 """A rank (or node) at least this many times slower than the median of the others is named."""
+
+BUSY_FLOOR = 0.5
+"""A rank whose main thread wanted a CPU less than this share of the time is waiting, not computing."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,16 @@ class RankTiming:
     """Seconds per step spent computing (everything but the gradient sync)."""
     sync_s: Optional[float] = None
     """Seconds per step this rank spent in the gradient sync (including waiting for slower peers)."""
+
+
+@dataclass(frozen=True)
+class RankBusy:
+    """One rank's process as its node saw it over recent seconds (your own code: no timings of its own)."""
+
+    rank: int
+    node: str
+    busy: float
+    """Share of wall time its main thread was on a CPU or runnable and waiting for one (0..1)."""
 
 
 @dataclass(frozen=True)
@@ -153,3 +176,21 @@ def _slow_link(ranks: Sequence[RankTiming], node: Optional[str], threshold: floa
     if ratio < threshold:
         return None
     return Straggler(node, min(r.rank for r in on_node), round(ratio, 2), "network")
+
+
+def name_busy_straggler(ranks: Sequence[RankBusy], *, slow_link_node: Optional[str] = None,
+                        threshold: float = THRESHOLD) -> Optional[Straggler]:
+    """The straggler among ``ranks`` by their busy shares (see the module docstring), or None."""
+    if len(ranks) < 2:
+        return None
+    slow = max(ranks, key=lambda r: (r.busy, -r.rank))
+    others = statistics.median(r.busy for r in ranks if r is not slow)
+    if slow.busy >= BUSY_FLOOR:
+        ratio = slow.busy / others if others > 0 else float("inf")
+        if ratio < threshold:
+            return None
+        return Straggler(slow.node, slow.rank, round(min(ratio, 99.0), 2), "compute")
+    if slow_link_node is None:
+        return None
+    on_node = [r.rank for r in ranks if r.node == slow_link_node]
+    return Straggler(slow_link_node, min(on_node), None, "network") if on_node else None

@@ -3,9 +3,11 @@
 The global batch stays what the user configured (``micro_batch_size × grad_accum_steps × world size``
 samples per optimizer step) and is the same set of samples as with ``balance = "off"``: one seeded
 permutation of the dataset per epoch, cut into global batches, each cut again between the ranks by their
-shares (:func:`step_slices`). Every rank runs the same number of micro-steps (``accum``: FSDP's
-collectives in each forward need it, and DDP then syncs once per step as before); a rank's micro-batch
-is its share over ``accum``, never more than the largest micro-batch its own GPU fits.
+shares (:func:`step_slices`). Under FSDP every rank runs the same number of micro-steps (``accum``: the
+collectives in each forward need it); under DDP each rank runs its own (the gradients sync once, in each
+rank's last backward), so a slow rank's few samples stay in full micro-batches. A rank's micro-batch is its
+share over its ``accum``, never more than the largest micro-batch its own GPU fits. The split stays uniform
+unless the measured speeds promise steps :data:`MIN_GAIN` faster.
 
 **Same mathematics**: each rank's micro-step loss is ``world / global_batch × Σ per-sample loss``
 (:func:`weighted_loss`); DDP and FSDP average the gradients over the ranks, so the update is
@@ -23,10 +25,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["DRIFT", "RankShare", "drifted", "env_for", "plan_shares", "step_slices", "weighted_loss"]
+__all__ = ["DRIFT", "MIN_GAIN", "RankShare", "drifted", "env_for", "plan_shares", "step_slices", "step_time", "weighted_loss"]
 
 DRIFT = 0.2
 """Re-balance when a rank's measured speed moved by more than this fraction since the shares were fixed."""
+MIN_GAIN = 0.1
+"""Split unevenly only when the measured speeds promise steps at least this much faster than the uniform split."""
 
 
 @dataclass(frozen=True)
@@ -43,11 +47,16 @@ class RankShare:
         return asdict(self)
 
 
-def plan_shares(global_batch: int, speeds: Sequence[float], max_micro: Sequence[int], nodes: Sequence[str]) -> list[RankShare]:
+def plan_shares(global_batch: int, speeds: Sequence[float], max_micro: Sequence[int], nodes: Sequence[str], *,
+                same_accum: bool = True, min_gain: float = MIN_GAIN) -> list[RankShare]:
     """Shares of ``global_batch`` samples in proportion to ``speeds`` (samples/s per rank).
 
-    Every rank gets at least one sample per micro-step; ``accum`` is the least number of micro-steps
-    that keeps each rank's micro-batch within its ``max_micro`` (the estimator's fit for its GPU).
+    Every rank gets at least one sample. ``same_accum`` (FSDP: every forward is a collective) gives every rank
+    the least number of micro-steps that keeps each micro-batch within its ``max_micro`` (the estimator's fit for
+    its GPU), and so at least that many samples; otherwise (DDP syncs once, after each rank's last backward)
+    each rank runs its own least number, so a slow rank's few samples stay in full micro-batches.
+    The split is uniform unless the proportional one promises steps at least ``min_gain`` faster by the
+    measured speeds (a noisy measure of equal ranks must not cost the even cluster).
     """
     world = len(speeds)
     if world == 0 or len(max_micro) != world or len(nodes) != world:
@@ -57,9 +66,15 @@ def plan_shares(global_batch: int, speeds: Sequence[float], max_micro: Sequence[
     if any(m < 1 for m in max_micro):
         raise ValueError("every rank must fit a micro-batch of at least one sample")
     weights = [max(float(s), 0.0) for s in speeds]
-    if sum(weights) <= 0:
-        weights = [1.0] * world
-    shares = _largest_remainder(global_batch, weights)
+    uniform = _largest_remainder(global_batch, [1.0] * world)
+    shares = uniform
+    if min(weights) > 0:
+        proportional = _largest_remainder(global_batch, weights)
+        if step_time(uniform, weights) >= (1 + min_gain) * step_time(proportional, weights):
+            shares = proportional
+    if not same_accum:
+        accums = [math.ceil(share / cap) for share, cap in zip(shares, max_micro, strict=True)]
+        return [RankShare(rank, nodes[rank], share, math.ceil(share / accums[rank]), accums[rank]) for rank, share in enumerate(shares)]
     accum = max(math.ceil(share / cap) for share, cap in zip(shares, max_micro, strict=True))
     # each rank runs `accum` micro-steps, so each needs `accum` samples at least: take them from the largest
     while min(shares) < accum:
@@ -70,6 +85,11 @@ def plan_shares(global_batch: int, speeds: Sequence[float], max_micro: Sequence[
         shares[high] -= 1
         accum = max(math.ceil(share / cap) for share, cap in zip(shares, max_micro, strict=True))
     return [RankShare(rank, nodes[rank], share, math.ceil(share / accum), accum) for rank, share in enumerate(shares)]
+
+
+def step_time(shares: Sequence[int], speeds: Sequence[float]) -> float:
+    """Seconds of the slowest rank's compute per step with ``shares`` at ``speeds`` (samples/s, all > 0)."""
+    return max(share / speed for share, speed in zip(shares, speeds, strict=True))
 
 
 def step_slices(shares: Sequence[RankShare], rank: int) -> list[tuple[int, int]]:

@@ -3,10 +3,11 @@
 The plan and its mathematics are in :mod:`.balance`. Here: the global batches (one seeded permutation of the
 dataset per epoch, cut into ``micro_batch_size × grad_accum_steps × world`` samples: the same sets for every
 mode), a calibration before the first step (each rank times forward+backward passes on its own, with no
-gradient sync, so the figure is its compute alone), and, under DDP, a check every :data:`CHECK_EVERY` steps
-of each rank's compute speed (step time less its own time in the all-reduce): when one drifted by more than
-20 % the shares are planned again and the log says so. Every rank's heartbeat carries its ``compute_s`` and
-``sync_s`` (the straggler decision's input).
+gradient sync, so the figure is its compute alone), and, under DDP, a check :data:`FIRST_CHECK` steps after
+the first, then every :data:`CHECK_EVERY` steps, of each rank's compute speed (its samples over its
+forward+backward passes less its own time in the all-reduce): when one drifted by more than 20 % the shares
+are planned again and the log says so. Every rank's heartbeat carries its ``compute_s`` and ``sync_s`` (the
+straggler decision's input).
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ __all__ = ["Balancer", "wrap_ddp"]
 
 CHECK_EVERY = 10
 """Steps between drift checks (one small all-gather each)."""
-CALIBRATION_PASSES = 2
+FIRST_CHECK = 3
+"""Steps after the first before the first check: the calibration's few passes run while peers still load and
+warm up, so its shares are the least sure (a 2-node run on a shared host calibrated 14 vs 12 samples/s for
+speeds of 62 vs 16)."""
+CALIBRATION_PASSES = 3
 """Timed forward+backward passes per rank before the first step (after one untimed warm-up)."""
 
 
@@ -65,6 +70,8 @@ class Balancer:
             self._timer = SyncTimer()
             model.register_comm_hook(model.process_group, self._timer.hook)
         self._started = 0.0
+        self._passes_s = 0.0
+        self._checked = False
         self._first_done: Optional[float] = None
         self._tokens_after_first = 0
         self._steps_after_first = 0
@@ -81,13 +88,16 @@ class Balancer:
         elapsed = 0.0
         for attempt in range(1 + CALIBRATION_PASSES):
             began = time.perf_counter()
-            loss, _ = weighted_loss(self.model, batch, world_size=self.ranks.world_size, global_batch=self.global_batch)
-            loss.backward()
+            with self.model.no_sync() if not self.fsdp else _Nothing():  # DDP: no all-reduce, no waiting for a peer
+                loss, _ = weighted_loss(self.model, batch, world_size=self.ranks.world_size, global_batch=self.global_batch)
+                loss.backward()
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             if attempt:
                 elapsed += time.perf_counter() - began
         self.model.zero_grad(set_to_none=True)
+        if self._timer is not None:
+            self._timer.take_step()  # nothing of the calibration counts as the first step's sync
         speed = len(indices) * CALIBRATION_PASSES / max(elapsed, 1e-9)
         self._plan(self._gather(speed), reason="calibrated on each rank's own forward+backward")
 
@@ -95,7 +105,7 @@ class Balancer:
         nodes = self._gather_nodes()
         caps = self._gather_caps()
         self.speeds = speeds
-        self.shares = plan_shares(self.global_batch, speeds, caps, nodes)
+        self.shares = plan_shares(self.global_batch, speeds, caps, nodes, same_accum=self.fsdp)
         record = {"mode": "auto", "ranks": [s.as_dict() for s in self.shares]}
         if self.ranks.is_main:
             parts = ", ".join(f"r{s.rank}@{s.node} {s.samples_per_step} ({s.micro_batch}x{s.accum}, {speeds[s.rank]:.1f} samples/s)"
@@ -122,6 +132,7 @@ class Balancer:
                 loss.backward()
             total += part
             tokens += int(batch["attention_mask"].sum())
+        self._passes_s = time.perf_counter() - self._started
         if self._first_done is not None:
             self._tokens_after_first += tokens
         return total / self.global_batch, tokens
@@ -133,11 +144,15 @@ class Balancer:
         sync = self._timer.take_step() if self._timer is not None else None
         compute = max(step_s - (sync or 0.0), 1e-9)
         if self._first_done is None:
-            self._first_done = now
+            self._first_done = now  # the first step carries warm-up (allocator, lazy init): no speed from it
         else:
             self._steps_after_first += 1
-        self._window.append(self.shares[self.ranks.rank].samples_per_step / compute)
-        if self._timer is not None and step % CHECK_EVERY == 0 and len(self._window) == CHECK_EVERY:
+            # its speed: samples over its forward+backward passes alone (not the optimizer's fixed time, which would
+            # make a rank with a small share look slower than it is, and shrink its share again at the next check)
+            self._window.append((self.shares[self.ranks.rank].samples_per_step, max(self._passes_s - (sync or 0.0), 1e-9)))
+        # every rank counts the same steps, so every rank joins the check's all-gather at the same one
+        if self._timer is not None and len(self._window) >= (CHECK_EVERY if self._checked else FIRST_CHECK):
+            self._checked = True
             self._check_drift()
         timing: dict[str, Any] = {"compute_s": round(compute, 5)}
         if sync is not None:
@@ -145,14 +160,14 @@ class Balancer:
         return timing
 
     def _check_drift(self) -> None:
-        measured = self._gather(sum(self._window) / len(self._window))
+        measured = self._gather(sum(n for n, _ in self._window) / sum(s for _, s in self._window))
         moved = drifted(self.speeds, measured, tolerance=DRIFT)
+        self._window.clear()
         if not moved:
             return
         what = "; ".join(f"r{r} {self.speeds[r]:.1f} -> {measured[r]:.1f} samples/s" for r in moved)
         if self.ranks.is_main:
             note(f"balance: speed drifted by more than {DRIFT:.0%} ({what}): re-balancing", rank=self.ranks.rank)
-        self._window.clear()
         self._plan(measured, reason="re-balanced after a drift")
 
     def throughput(self) -> dict[str, Any]:

@@ -142,3 +142,32 @@ def _ignores_sigterm(pid: int) -> bool:
             if line.startswith("SigIgn:"):
                 return bool(int(line.split()[1], 16) & (1 << 14))  # bit of signal 15
     return False
+
+
+def test_worker_samples_carry_the_main_threads_cpu_demand() -> None:
+    """``run_ns``/``wait_ns`` of a rank's root process (``/proc/PID/schedstat``): a busy loop is on a CPU or waiting
+    for one nearly all the time, a sleeper almost never (your own code's straggler is decided from them)."""
+    import time
+
+    from agent.procmatch import proc_environ, stat_fields, worker_samples
+
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0"}
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], env=env)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**env, "RANK": "1"})
+    try:
+        def demand() -> dict[int, int]:
+            rows = worker_samples([(p.pid, proc_environ(p.pid) or {}) for p in (busy, sleeper)])
+            return {row["rank"]: row["run_ns"] + row["wait_ns"] for row in rows}
+
+        # the sleeper past its start-up (imports are CPU): asleep, and its demand no longer moving
+        wait_for(lambda: (stat_fields(sleeper.pid) or ["?"])[0] == "S" and demand()[1] == demand()[1], timeout_s=60, what="the sleeper asleep")
+        first, began = demand(), time.monotonic()
+        time.sleep(1.0)  # the span the shares are measured over
+        last, wall = demand(), time.monotonic() - began
+        assert (last[0] - first[0]) / 1e9 / wall > 0.8  # wanted a CPU, running or runnable, whatever the load
+        assert (last[1] - first[1]) / 1e9 / wall < 0.2
+    finally:
+        busy.kill()
+        sleeper.kill()
+        busy.wait()
+        sleeper.wait()

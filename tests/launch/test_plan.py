@@ -69,6 +69,14 @@ def test_process_counts_follow_the_selected_gpus_heterogeneously():
     assert plans["c"].env["OMP_NUM_THREADS"] == "1"  # no report: one thread, never oversubscribe
 
 
+def test_the_users_omp_num_threads_wins_over_the_cores_per_rank():
+    """Nodes that share cores (containers, namespaces on one host) each report all of them: the user says less."""
+    config = _config()
+    config.nccl.env = {"OMP_NUM_THREADS": "1"}
+    plans = _plans(config, cpu_cores={"a": 32, "b": 16})
+    assert {plans[name].env["OMP_NUM_THREADS"] for name in ("a", "b", "c")} == {"1"}
+
+
 @pytest.mark.parametrize(
     "gpus, reported, expected",
     [

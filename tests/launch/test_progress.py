@@ -121,6 +121,27 @@ def test_heartbeat_timings_name_the_straggler_and_the_printer_shows_it():
     assert "straggler n2/r2 3.3x (compute)" in format_progress(model.snapshot)
 
 
+def test_your_own_codes_straggler_from_the_node_helpers_samples():
+    """No timings in the lines (workload = "command"): the rank whose main thread wants the CPU all the time
+    while its peers sleep in the collective is named, by the ratio of the busy shares."""
+    from tui.launch.messages import RankSample
+
+    model = ProgressModel()
+    _started(model, ["n0", "n1"])
+    changed = []
+    for tick in range(6):
+        for rank, busy in ((0, 0.25), (1, 1.0)):  # ns per 1 s tick: rank 1 held by a quota, rank 0 waits for it
+            sample = RankSample(rank, 100 + rank, "R", 0, 0, run_ns=int(tick * busy * 0.5e9), wait_ns=int(tick * busy * 0.5e9))
+            if model.sampled(f"n{rank}", [sample], float(tick)):
+                changed.append(tick)
+    assert changed == [3]  # named once, as soon as both ranks have four samples
+    assert model.snapshot.straggler == {"node": "n1", "rank": 1, "slowdown": 4.0, "why": "compute"}
+    assert "straggler n1/r1 4.0x (compute)" in format_progress(model.snapshot)
+    # a recipe's heartbeat timings take over from the samples
+    model.update("n0", 0, {"ftwiz": "heartbeat", "rank": 0, "step": 1, "compute_s": 0.3, "sync_s": 0.05}, now=7.0)
+    assert not model.sampled("n0", [RankSample(0, 100, "R", 0, 0, run_ns=10**10, wait_ns=0)], 8.0)
+
+
 def test_an_even_run_names_nobody_and_plain_heartbeats_change_nothing():
     model = ProgressModel()
     _started(model, ["n0", "n1"])

@@ -110,3 +110,30 @@ def test_a_node_on_a_shaped_link_is_named_network(cluster3, tmp_path, tiny_asset
     assert code == 0, (record.get("reason"), record.get("failed"))
     assert record["straggler"] is not None, (_beats(runs / latest_run_id(runs)), [r["node"] for r in record["checklist"] if r["id"] == "net.mesh"])
     assert (record["straggler"]["node"], record["straggler"]["why"]) == (slow.name, "network"), record["straggler"]
+
+
+def test_your_own_codes_rank_held_to_a_twentieth_of_a_core_is_named_compute(cluster3, tmp_path):
+    """workload = "command": no timings in the script's lines; the node helper's samples of each rank's process
+    (its main thread on a CPU or waiting for one) name the rank the others wait for."""
+    problem = cpu_cgroup_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    config = cluster3.config(workload="command", command=["ddp_loop.py", "--steps", "100000", "--sleep", "0", "--work", "20"],
+                             code_dir=str(Path(__file__).resolve().parent / "userscripts"),
+                             progress_regex=r"step (?P<step>\d+)/(?P<total>\d+) \| loss (?P<loss>[0-9.]+)",
+                             stall_timeout_s=300, first_step_grace_s=300)
+    run = make_run(config, tmp_path)
+    watched = RunThread(run).start()
+    with CpuCgroup(0.05) as slow:
+        try:
+            assert wait_until(lambda: (run.progress.snapshot.step or 0) >= 3 or watched.finished_at, 300), watched.notes()
+            assert watched.finished_at is None, watched.notes()
+            node = run.progress.ranks[1].node
+            for pid in _rank_pids(run.run_id, 1):
+                slow.add(pid)
+            found = wait_until(lambda: _named(run, node, "compute") or watched.finished_at, 300)
+            assert found and not watched.finished_at, (run.progress.snapshot.straggler, watched.notes())
+            assert found["rank"] == 1 and found["slowdown"] >= 1.3
+        finally:
+            record = _stop(run, watched)
+    assert record["straggler"] is not None and record["straggler"]["node"] == node

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.straggler import RankTiming, Straggler, name_straggler
+from shared.straggler import RankBusy, RankTiming, Straggler, name_busy_straggler, name_straggler
 
 
 def _ranks(*rows):
@@ -56,3 +56,25 @@ def test_record_shape_and_phrase():
     found = Straggler("node1", 2, 2.4, "compute")
     assert found.as_dict() == {"node": "node1", "rank": 2, "slowdown": 2.4, "why": "compute"}
     assert found.describe() == "straggler node1/r2 2.4x (compute)"
+
+
+BUSY_CASES = [
+    # (what, [(rank, node, busy share)], slow_link_node, expected (node, rank, slowdown, why) or None)
+    ("even ranks, all computing: nobody", [(0, "a", 0.95), (1, "b", 0.97), (2, "c", 0.96)], None, None),
+    ("a rank held by a quota wants the CPU all the time, its peers sleep in the collective: compute",
+     [(0, "a", 0.3), (1, "b", 1.0), (2, "c", 0.32)], None, ("b", 1, round(1.0 / 0.31, 2), "compute")),  # over the median
+    ("two ranks: the other one's share", [(0, "a", 0.25), (1, "b", 1.0)], None, ("b", 1, 4.0, "compute")),
+    ("1.25x is under the threshold", [(0, "a", 0.8), (1, "b", 1.0)], None, None),
+    ("every rank waits (the network sets the pace), no mesh verdict: nobody", [(0, "a", 0.1), (1, "b", 0.12)], None, None),
+    ("every rank waits and the mesh found b's link slow: network", [(0, "a", 0.1), (1, "b", 0.12), (2, "b", 0.1)], "b",
+     ("b", 1, None, "network")),
+    ("a rank idle beside idle peers is not busy: the floor", [(0, "a", 0.05), (1, "b", 0.4)], None, None),
+    ("GPU ranks spinning in CUDA waits read busy everywhere: nobody", [(0, "a", 1.0), (1, "b", 1.0)], None, None),
+    ("one rank: nobody", [(0, "a", 1.0)], None, None),
+]
+
+
+@pytest.mark.parametrize(("what", "rows", "slow_link", "expected"), BUSY_CASES, ids=[c[0] for c in BUSY_CASES])
+def test_busy_shares_name_the_straggler_of_your_own_code(what, rows, slow_link, expected):
+    found = name_busy_straggler([RankBusy(*row) for row in rows], slow_link_node=slow_link)
+    assert (None if found is None else (found.node, found.rank, found.slowdown, found.why)) == expected, what

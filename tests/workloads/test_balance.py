@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.workloads.balance import RankShare, drifted, env_for, plan_shares, step_slices
+from agent.workloads.balance import MIN_GAIN, RankShare, drifted, env_for, plan_shares, step_slices, step_time
 
 
 @pytest.mark.parametrize(("batch", "speeds", "caps", "expected"), [
@@ -31,6 +31,34 @@ def test_plan_shares(batch, speeds, caps, expected):
     assert sum(s.samples_per_step for s in shares) == batch  # the global batch stays what was configured
     assert all(s.micro_batch <= cap for s, cap in zip(shares, caps, strict=True))
     assert len({s.accum for s in shares}) == 1  # the same number of micro-steps on every rank
+
+
+@pytest.mark.parametrize(("batch", "speeds", "caps", "expected"), [
+    # DDP: each rank its own number of micro-steps, so the slow rank keeps full micro-batches
+    (16, [3.0, 1.0], [4, 4], [(12, 4, 3), (4, 4, 1)]),
+    (16, [1.0, 3.0], [4, 8], [(4, 4, 1), (12, 6, 2)]),
+    (16, [15.0, 1.0], [4, 4], [(15, 4, 4), (1, 1, 1)]),
+    (16, [1.0, 1.0], [4, 4], [(8, 4, 2), (8, 4, 2)]),  # what balance = "off" runs: micro 4 x accum 2 each
+])
+def test_plan_shares_ddp_lets_each_rank_accumulate_its_own(batch, speeds, caps, expected):
+    shares = plan_shares(batch, speeds, caps, [f"n{i}" for i in range(len(speeds))], same_accum=False)
+    assert [(s.samples_per_step, s.micro_batch, s.accum) for s in shares] == expected
+    assert sum(s.samples_per_step for s in shares) == batch
+
+
+@pytest.mark.parametrize(("speeds", "expected"), [
+    # 16 samples on 2 ranks: uneven only when the measured speeds promise a step MIN_GAIN (10 %) faster
+    ([1.0, 1.08], [8, 8]),  # proportional is 8/8 itself
+    ([1.0, 1.15], [8, 8]),  # proportional 7/9: 9/1.15 = 7.8 s against 8.0 s uniform, 2 % faster: not worth it
+    ([1.0, 1.3], [7, 9]),  # 7/9: 7.0 s against 8.0 s, 14 % faster
+    ([1.0, 3.0], [4, 12]),
+])
+def test_an_uneven_split_must_promise_a_faster_step(speeds, expected):
+    shares = plan_shares(16, speeds, [16, 16], ["a", "b"], same_accum=False)
+    assert [s.samples_per_step for s in shares] == expected
+    proportional = plan_shares(16, speeds, [16, 16], ["a", "b"], same_accum=False, min_gain=0.0)
+    gain = step_time([8, 8], speeds) / step_time([s.samples_per_step for s in proportional], speeds) - 1
+    assert (expected == [8, 8]) == (gain < MIN_GAIN)
 
 
 def test_slices_cover_the_global_batch_once():

@@ -21,7 +21,9 @@ def test_auto_balance_trains_and_reports_its_shares(rundir, tiny_model, tiny_dat
     assert shares and shares[0]["mode"] == "auto"
     ranks = shares[0]["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1] and sum(r["samples_per_step"] for r in ranks) == 8  # 2 x 2 x 2 ranks
-    assert len({r["accum"] for r in ranks}) == 1
+    if sharding == "fsdp":
+        assert len({r["accum"] for r in ranks}) == 1  # every forward is a collective: the same micro-steps on each rank
+    assert all(r["micro_batch"] <= 2 for r in ranks)
     losses = [p["loss"] for p in done.kind("progress")]
     assert len(losses) == 4 and all(loss > 0 for loss in losses)
     beats = [b for b in done.kind("heartbeat") if "compute_s" in b]

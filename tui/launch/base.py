@@ -186,6 +186,9 @@ class RunCore:
             self._on_line(message.node, message.text)
         elif isinstance(message, RankSamples):
             self.supervisor.sampled(message.node, message.samples, self.clock())
+            if self.progress.sampled(message.node, message.samples, self.clock()):  # your own code's straggler
+                self._emit(ProgressChanged(self.progress.snapshot))
+                self.record.update(straggler=self.progress.snapshot.straggler)
         elif isinstance(message, NodePgid):
             self.record.update_node(message.node, pgid=message.pgid, pgid_start=message.started)
         elif isinstance(message, NodeEnded):

@@ -136,6 +136,10 @@ class RankSample:
     """User + system CPU time in clock ticks."""
     io_bytes: int
     """Bytes read and written through syscalls (``rchar + wchar``: files, pipes and sockets: a download moves it)."""
+    run_ns: Optional[int] = None
+    """Its main thread's time on a CPU (``/proc/PID/schedstat``), when the node could tell."""
+    wait_ns: Optional[int] = None
+    """Its main thread's time runnable but waiting for a CPU (a busy host, a cgroup CPU quota)."""
 
 
 @dataclass(frozen=True)

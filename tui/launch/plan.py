@@ -192,7 +192,6 @@ def build_plan(
             {
                 "MASTER_ADDR": master.host,
                 "MASTER_PORT": str(config.cluster.rendezvous_port),
-                "OMP_NUM_THREADS": str(max(1, cores // nproc) if cores else 1),
                 "FTWIZ_RUN_ID": run_id,
                 "FTWIZ_NODE": node.name,
                 "PYTHONPATH": rundir_abs,
@@ -200,6 +199,8 @@ def build_plan(
                 "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_PREFIX_TEMPLATE,
             }
         )
+        # the node's cores over its ranks, unless the user's [nccl].env / [job].env set it (nodes sharing cores)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, cores // nproc) if cores else 1))
         if cvd is not None:
             env["CUDA_VISIBLE_DEVICES"] = cvd
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NVML index order, as the agent reports

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from shared.protocol import parse_line
-from shared.straggler import RankTiming, name_straggler
+from shared.straggler import RankBusy, RankTiming, name_busy_straggler, name_straggler
 from tui.launch.trainer_output import parse_trainer_line
 
 __all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "split_rank", "format_progress"]
@@ -30,6 +30,10 @@ _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
 TIMING_WINDOW = 8
 #: Steps a rank must have reported before it takes part (the first carries loading and warm-up).
 TIMING_MIN_STEPS = 3
+#: The node helper's process samples (one a tick) each rank's busy share is measured over, for code that
+#: reports no timings of its own, and the fewest that count.
+BUSY_WINDOW = 8
+BUSY_MIN_SAMPLES = 4
 
 
 def split_rank(line: str) -> tuple[Optional[int], str]:
@@ -117,6 +121,8 @@ class ProgressModel:
     """Global rank → its last ``(compute_s, sync_s)`` per step from its heartbeats."""
     slow_link_node: Optional[str] = None
     """The node whose own link the pre-launch mesh found slow (the straggler decision's last rule)."""
+    demand: dict[int, deque] = field(default_factory=dict)
+    """Global rank → its last ``(time, pid, node, run_ns + wait_ns)`` from the node helper's samples."""
     _history: deque = field(default_factory=lambda: deque(maxlen=30))
     _tokens_seen: deque = field(default_factory=lambda: deque(maxlen=30))
     _train_elapsed_s: Optional[float] = None
@@ -182,7 +188,13 @@ class ProgressModel:
         return not same
 
     def straggler(self):
-        """The straggler by the ranks' recent timings (``shared.straggler.name_straggler``), or None."""
+        """The straggler by the ranks' recent timings (``shared.straggler.name_straggler``), or None.
+
+        Code that prints no timings of its own (``workload = "command"``): by the ranks' busy shares from the
+        node helper's samples (``shared.straggler.name_busy_straggler``)."""
+        if not self.timings:
+            busy = [row for row in (self._busy(rank, window) for rank, window in sorted(self.demand.items())) if row is not None]
+            return name_busy_straggler(busy, slow_link_node=self.slow_link_node)
         rows = []
         for rank, window in sorted(self.timings.items()):
             info = self.ranks.get(rank)
@@ -190,6 +202,34 @@ class ProgressModel:
                 continue
             rows.append(RankTiming(rank, info.node, _mean([c for c, _ in window]), _mean([s for _, s in window])))
         return name_straggler(rows, slow_link_node=self.slow_link_node)
+
+    def sampled(self, node: str, samples: Any, now: float) -> bool:
+        """Fold the node helper's samples of ``node``'s workers in; True when the named straggler changed.
+
+        Only code without timings of its own is decided from them (the built-in recipes' heartbeats say more)."""
+        for s in samples:
+            if s.run_ns is None or s.wait_ns is None:
+                continue
+            window = self.demand.setdefault(s.rank, deque(maxlen=BUSY_WINDOW))
+            if window and window[-1][1] != s.pid:
+                window.clear()  # another process holds the rank now
+            window.append((now, s.pid, node, s.run_ns + s.wait_ns))
+        if self.timings:
+            return False
+        straggler = self.straggler()
+        found = straggler.as_dict() if straggler is not None else None
+        same = _who(found) == _who(self.snapshot.straggler)
+        self.snapshot = replace(self.snapshot, straggler=found, updated_at=self.snapshot.updated_at if same else time.time())
+        return not same
+
+    @staticmethod
+    def _busy(rank: int, window: deque) -> Optional[RankBusy]:
+        if len(window) < BUSY_MIN_SAMPLES:
+            return None
+        (t0, _, _, d0), (t1, _, node, d1) = window[0], window[-1]
+        if t1 <= t0:
+            return None
+        return RankBusy(rank, node, max(0.0, (d1 - d0) / 1e9 / (t1 - t0)))
 
     def _progress(self, obj: dict[str, Any], step: Optional[int], now: float) -> bool:
         snap = self.snapshot

@@ -404,9 +404,14 @@ def _samples(text: str) -> Optional[tuple[RankSample, ...]]:
     """An ``S`` frame's JSON rows as samples (None when garbled: a sample is never worth a crash)."""
     try:
         rows = json.loads(text)
-        return tuple(RankSample(int(r["rank"]), int(r["pid"]), str(r["state"]), int(r["cpu"]), int(r["io"])) for r in rows)
+        return tuple(RankSample(int(r["rank"]), int(r["pid"]), str(r["state"]), int(r["cpu"]), int(r["io"]),
+                                _opt_int(r.get("run_ns")), _opt_int(r.get("wait_ns"))) for r in rows)
     except (ValueError, TypeError, KeyError):
         return None
+
+
+def _opt_int(value: Any) -> Optional[int]:
+    return None if value is None else int(value)
 
 
 def _said(lines: list[str]) -> str:

@@ -16,6 +16,7 @@ def main() -> None:
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--fail-step", type=int, default=3)
     parser.add_argument("--hang-rank", type=int, default=-1)
+    parser.add_argument("--work", type=int, default=0, help="extra 128x128 matmuls per step (CPU-bound steps)")
     args = parser.parse_args()
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend)
@@ -28,11 +29,14 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     x = torch.randn(64, 16)
     y = x.sum(dim=1, keepdim=True)
+    w = torch.randn(128, 128)
     for step in range(1, args.steps + 1):
         if rank == args.fail_rank and step == args.fail_step:
             raise RuntimeError(f"simulated data error on rank {rank} at step {step}")
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
+        for _ in range(args.work):
+            torch.mm(w, w)
         loss.backward()
         optimizer.step()
         if rank == 0:
