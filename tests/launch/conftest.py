@@ -45,16 +45,23 @@ def run_pids(run_id: str, node: Optional[str] = None) -> list[int]:
     return found
 
 
-def rank_pid(run_id: str, rank: int) -> Optional[int]:
-    """The pid of the worker with ``RANK=rank`` in the run."""
+def rank_pids(run_id: str, rank: int) -> list[int]:
+    """The pids of the run's processes with ``RANK=rank``: the worker and any process it started."""
     want = f"RANK={rank}".encode()
+    found = []
     for pid in run_pids(run_id):
         try:
             if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                return pid
+                found.append(pid)
         except OSError:
             continue
-    return None
+    return found
+
+
+def rank_pid(run_id: str, rank: int) -> Optional[int]:
+    """The pid of the worker with ``RANK=rank`` in the run (the first of :func:`rank_pids`)."""
+    pids = rank_pids(run_id, rank)
+    return pids[0] if pids else None
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:

@@ -24,7 +24,7 @@ import pytest
 
 from bench.balance_bench import HIDDEN, LAYERS, run_rate
 from tests.doctor.cgroup import CpuCgroup, cpu_cgroup_problem
-from tests.launch.conftest import RunThread, make_run, run_pids, wait_until
+from tests.launch.conftest import RunThread, make_run, rank_pids, wait_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -46,18 +46,6 @@ def model_256(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"model": model, "dataset": data}
 
 
-def _rank_pids(run_id: str, rank: int) -> list[int]:
-    want = f"RANK={rank}".encode()
-    found = []
-    for pid in run_pids(run_id):
-        try:
-            if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                found.append(pid)
-        except OSError:
-            continue
-    return found
-
-
 def _run(cluster, assets: dict[str, Path], tmp_path: Path, balance: str) -> dict:
     config = cluster.config(workload="sft", method="lora", model=str(assets["model"]), dataset=str(assets["dataset"]), seq_len=64,
                             micro_batch_size=4, grad_accum_steps=2, max_steps=STEPS, save_steps=100000, logging_steps=2,
@@ -69,7 +57,7 @@ def _run(cluster, assets: dict[str, Path], tmp_path: Path, balance: str) -> dict
     with CpuCgroup(SLOW_CORES) as slow:
         assert wait_until(lambda: (run.progress.snapshot.step or 0) >= 2 or watched.finished_at, 600), watched.notes()
         held_at = run.progress.snapshot.step or 0
-        for pid in _rank_pids(run.run_id, 1):  # the rank and any process it started
+        for pid in rank_pids(run.run_id, 1):  # the rank and any process it started
             slow.add(pid)
         result = watched.join(1800)
     assert result.status == "succeeded", (balance, watched.notes()[-5:])

@@ -14,7 +14,7 @@ import pytest
 
 from tests.checks import shaping
 from tests.doctor.cgroup import CpuCgroup, cpu_cgroup_problem
-from tests.launch.conftest import RunThread, make_run, rank_pid, run_pids, wait_until
+from tests.launch.conftest import RunThread, make_run, rank_pid, rank_pids, run_pids, wait_until
 from tui.launch import commands
 from tui.runs.record import latest_run_id
 
@@ -34,18 +34,6 @@ def _job(tiny_assets, **overrides) -> dict:
 def _named(run, node: str, why: str):
     found = run.progress.snapshot.straggler
     return found if found and found["node"] == node and found["why"] == why else None
-
-
-def _rank_pids(run_id: str, rank: int) -> list[int]:
-    want = f"RANK={rank}".encode()
-    found = []
-    for pid in run_pids(run_id):
-        try:
-            if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                found.append(pid)
-        except OSError:
-            continue
-    return found
 
 
 def _beats(run_dir, last: int = 6) -> dict:
@@ -79,7 +67,7 @@ def test_a_node_held_to_a_twentieth_of_a_core_is_named_compute(cluster3, tmp_pat
             assert watched.finished_at is None, watched.notes()
             assert rank_pid(run.run_id, 1) is not None
             node = run.progress.ranks[1].node
-            for pid in _rank_pids(run.run_id, 1):  # the rank's process and any it started
+            for pid in rank_pids(run.run_id, 1):  # the rank's process and any it started
                 slow.add(pid)
             step = max(run.progress.last_step.values())
             # the decision looks at a window of steps: wait (in steps, not seconds) until the slow ones fill it
@@ -129,7 +117,7 @@ def test_your_own_codes_rank_held_to_a_twentieth_of_a_core_is_named_compute(clus
             assert wait_until(lambda: (run.progress.snapshot.step or 0) >= 3 or watched.finished_at, 300), watched.notes()
             assert watched.finished_at is None, watched.notes()
             node = run.progress.ranks[1].node
-            for pid in _rank_pids(run.run_id, 1):
+            for pid in rank_pids(run.run_id, 1):
                 slow.add(pid)
             found = wait_until(lambda: _named(run, node, "compute") or watched.finished_at, 300)
             assert found and not watched.finished_at, (run.progress.snapshot.straggler, watched.notes())

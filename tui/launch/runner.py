@@ -11,6 +11,7 @@ runner whose ``last_rx`` stops moving.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import shlex
@@ -18,7 +19,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from shared.config import ClusterConfig, NodeConfig
 from tui.launch.links import LineStream, LinkLost, NodeLink, open_link, python_command
@@ -227,16 +228,11 @@ class NodeRunner:
             elif line.strip():
                 said.append(line.strip())
 
-    def open_rundir(self) -> str:
-        """Open the node's launch exec: create the run directory and learn its absolute path (the node then
-        waits for its job, :meth:`send_job`). Nothing starts until :meth:`launch`; a prepared node whose link
-        is closed starts nothing."""
-        link = self._need_link()
-        said: list[str] = []
+    @contextlib.contextmanager
+    def _stream_guard(self) -> Iterator[None]:
+        """Preparing over the launch exec: any error closes the stream; a lost link is dropped too."""
         try:
-            self._stream = link.stream(self._launch_command())
-            self.rundir_abs = self._expect("R", 30, said).strip()
-            self.workdir_abs = self.rundir_abs[: -len(rundir_rel(self.run_id)) - 1]
+            yield
         except LinkLost:
             self._drop_stream()
             self._drop_link()
@@ -244,6 +240,17 @@ class NodeRunner:
         except BaseException:
             self._drop_stream()
             raise
+
+    def open_rundir(self) -> str:
+        """Open the node's launch exec: create the run directory and learn its absolute path (the node then
+        waits for its job, :meth:`send_job`). Nothing starts until :meth:`launch`; a prepared node whose link
+        is closed starts nothing."""
+        link = self._need_link()
+        said: list[str] = []
+        with self._stream_guard():
+            self._stream = link.stream(self._launch_command())
+            self.rundir_abs = self._expect("R", 30, said).strip()
+            self.workdir_abs = self.rundir_abs[: -len(rundir_rel(self.run_id)) - 1]
         return self.rundir_abs
 
     def send_job(self, payload: Payload) -> None:
@@ -251,16 +258,9 @@ class NodeRunner:
         if self._stream is None:
             raise RuntimeError(f"{self.name}: no launch exec open")
         said: list[str] = []
-        try:
+        with self._stream_guard():
             send_payload(self._stream.send, payload)
             self._expect("U", 60, said)
-        except LinkLost:
-            self._drop_stream()
-            self._drop_link()
-            raise
-        except BaseException:
-            self._drop_stream()
-            raise
 
     def launch(self, timeout: float = 30.0) -> int:
         """Say ``go``: the node starts ``<node>.sh`` in its own session and streams its log. Returns the pgid."""
