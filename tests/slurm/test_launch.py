@@ -36,6 +36,9 @@ def test_allreduce_through_srun_then_the_job_is_cancelled(slurm3: SlurmCluster, 
     record = json.loads((tmp_path / "runs" / ftwiz.run_id() / "run.json").read_text())
     assert record["status"] == "succeeded"
     assert sorted(record["nodes"]) == ["node0", "node1", "node2"]
+    # One launch path (issue 20): the run keeps the checklist it followed, the allocation's rows included.
+    ids = {row["id"] for row in record["checklist"]}
+    assert {"slurm.job", "slurm.agents", "agent.reachable"} <= ids, sorted(ids)
     assert {info["node"] for info in record["ranks"].values()} == {"node0", "node1", "node2"}
     assert all(n["exit"] == "0" for n in record["nodes"].values())
     # The node-side logs are on the shared workdir, each node under its own directory.

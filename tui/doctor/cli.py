@@ -14,14 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tui.exitcodes import EXIT_OK, EXIT_USAGE
+
 from . import as_json, diagnose_files, diagnose_run, format_text
 from .diagnose import KernelLookup
 from .logs import NotARegularFile, open_regular
 
 __all__ = ["why_main"]
-
-EXIT_OK = 0
-EXIT_USAGE = 2
 
 
 def _err(message: str) -> None:

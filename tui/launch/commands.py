@@ -162,6 +162,13 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
     except Exception as exc:  # the checklist failing must not hide why; --force still launches
         _err(f"{'warning' if force else 'ERROR'}: the checklist could not run: {type(exc).__name__}: {exc}")
         return force, {}, None, None
+    allowed, reports, until = _gate(checked, force)
+    return allowed, reports, until, checked
+
+
+def _gate(checked: Any, force: bool) -> tuple[bool, dict[str, Any], Optional[float]]:
+    """What did not pass, printed; whether the launch may go on (no failed row, or ``force``); the reports per
+    node; the unix time until which the master's agent still holds the rendezvous port's test listener."""
     reports = {name: s.report for name, s in checked.statuses.items() if getattr(s, "report", None) is not None}
     until = getattr(checked, "rendezvous_listener_until", None)
     shown = [r for r in checked.results if r.status in ("fail", "warn")]
@@ -170,12 +177,12 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
     fails = sum(1 for r in checked.results if r.status == "fail")
     if fails and not force:
         _err(f"ERROR: {fails} check(s) failed: not launching. Fix them (see `ftwiz --check`), or pass --force to launch anyway")
-        return False, reports, until, checked
+        return False, reports, until
     if fails:
         _err(f"warning: {fails} check(s) failed; launching anyway (--force)")
     else:
         _err(f"checklist passed ({len(checked.results)} rows, {len(shown)} warning(s))")
-    return True, reports, until, checked
+    return True, reports, until
 
 
 def _poll_reports(config: FtwizConfig) -> dict[str, Any]:
@@ -224,14 +231,16 @@ def launch(
     force: bool,
     options: Optional[RunOptions] = None,
     checklist: bool = True,
+    checked: Optional[Any] = None,
     printer: Optional[HeadlessPrinter] = None,
 ) -> int:
     """Check, confirm, launch and (unless ``detach``) supervise the job of ``config``.
 
     ``resume`` continues from the latest checkpoint of the last run (same output_dir, spec
     ``resume = "auto"``). Without ``yes`` it asks on the terminal, and refuses without one. The
-    checklist runs first (``checklist=False`` only for callers that just ran it) and a failed check
-    refuses the launch unless ``force``.
+    checklist runs first, or ``checked`` is the one the caller just ran (Slurm's, with its allocation's rows):
+    either way a failed check refuses the launch unless ``force``, and the run keeps its rows and sync forecast
+    and launches with what it approved. ``checklist=False`` (tests) launches unchecked.
     """
     options = options or RunOptions()
     if resume:
@@ -241,8 +250,12 @@ def launch(
             _err(f"ERROR: {exc}")
             return EXIT_USAGE
         _err(f"resuming run {source.run_id}: continuing from the latest checkpoint in {source.output_dir}")
-    listener_until, checked = None, None
-    if checklist:
+    listener_until = None
+    if checked is not None:
+        allowed, reports, listener_until = _gate(checked, force)
+        if not allowed:
+            return EXIT_FAILED
+    elif checklist:
         if config.job.workload == "command" and config.job.code_dir:
             prebuild(resolve_code_dir(config.job.code_dir, None))  # the code's tar is made while the checklist runs
         allowed, reports, listener_until, checked = _checklist(config, force)

@@ -10,13 +10,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from shared.config import FtwizConfig
+from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "check_on_allocation", "export_sbatch", "launch_on_allocation",
            "say_to"]
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def export_sbatch(config: FtwizConfig, path: str, *, stderr: TextIO = sys.stderr) -> int:
@@ -58,8 +55,6 @@ def export_sbatch(config: FtwizConfig, path: str, *, stderr: TextIO = sys.stderr
     print(f"ftwiz: wrote the sbatch script of run {run_id} to {where}; submit it with `sbatch {where}` "
           f"(logs in {rundir})", file=stderr)
     return EXIT_OK
-
-
 
 
 def check_on_allocation(loaded: Any, *, show: Callable[[Any, Any], int], stderr: TextIO = sys.stderr) -> int:
@@ -104,21 +99,12 @@ def launch_on_allocation(loaded: Any, *, yes: bool, detach: bool, resume: bool, 
     config = loaded.config
     try:
         with allocation_session(config, say=say, job_name="ftwiz-run", keep=config.slurm.keep_allocation) as session:
-            run = _checklist(session, stderr)
-            for row in run.results:
-                if row.status in ("fail", "warn"):
-                    say(f"  {row.status.upper()}  {row.id}  {row.node or '-'}  {row.detail}"
-                        + (f"\n        fix: {row.hint}" if row.hint else ""))
-            fails = sum(1 for r in run.results if r.status == "fail")
-            if fails and not force:
-                say(f"ERROR: {fails} check(s) failed: not launching. Fix them, or pass --force to launch anyway")
-                return EXIT_FAILED
-            _wait_for_listener(run.rendezvous_listener_until)
+            checked = _checklist(session, stderr)
             held = HeldRun.for_session(session)
             run_options = held.wire(options or RunOptions())
-            try:
+            try:  # one launch path: the SSH backend's gate, plan and record, with this checklist's rows
                 code = int(commands.launch(session.config, yes=yes, detach=detach, resume=resume, force=force,
-                                           options=run_options, checklist=False))
+                                           options=run_options, checked=checked))
             finally:
                 held.finish(session, say)
             return code
@@ -137,17 +123,6 @@ def _checklist(session: Any, stderr: TextIO) -> Any:
     run = asyncio.run(run_checklist_full(session.config, ssh=False, progress=_progress(stderr)))
     run.results = slurm_rows(session.allocation, session.step, run.results)
     return run
-
-
-def _wait_for_listener(until: float | None) -> None:
-    """torchrun must not start before the master's agent closed its rendezvous-port test listener."""
-    import time
-
-    from tui.launch.prepare import listener_deadline
-
-    deadline = listener_deadline(until)
-    while deadline is not None and time.time() < deadline:
-        time.sleep(0.1)
 
 
 def say_to(stderr: TextIO) -> Callable[[str], None]:

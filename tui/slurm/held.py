@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from shared.config import FtwizConfig
+from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "HeldRun", "StoredRun", "cancel_job", "job_running", "stored_run"]
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 Say = Callable[[str], None]
 
@@ -109,8 +107,6 @@ class HeldRun:
         stored = dict(self.run.record.model.slurm or {})
         stored["ended"] = ended.as_dict()
         self.run.record.update(slurm=stored)
-
-
 
 
 class StoredRun:
