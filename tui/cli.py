@@ -176,14 +176,11 @@ class _local_agent:
 
     @staticmethod
     def _preload() -> None:
-        """Import what a check or launch uses next, while the agent starts (an import error surfaces later, where it used to)."""
-        try:
-            import tui.checks.engine
-            import tui.checks.ssh_checks
-            import tui.client
-            import tui.launch.commands  # noqa: F401
-        except ImportError:
-            pass
+        """Import what a check or launch uses next, while the agent starts."""
+        import tui.checks.engine
+        import tui.checks.ssh_checks
+        import tui.client
+        import tui.launch.commands  # noqa: F401
 
 
 # --------------------------------------------------------------------------- --check
@@ -327,11 +324,8 @@ def _print_table(results: Sequence[Any]) -> None:
 
 
 def _delegate(args: argparse.Namespace, loaded: Any) -> int:
-    try:
-        from tui.launch import commands
-    except ImportError as exc:
-        _err(f"launching is not available in this build ({exc}); `ftwiz --check` works")
-        return EXIT_USAGE
+    from tui.launch import commands
+
     if args.launch:
         return int(commands.launch(loaded.config, yes=args.yes, detach=args.detach, resume=args.resume, force=args.force))
     if args.attach is not None:
@@ -390,16 +384,8 @@ def _app(loaded: Any) -> int:
     if not sys.stdin.isatty() or not sys.stdout.isatty():
         _err("the wizard needs a terminal; for scripts use `ftwiz --check` (add --json for machine-readable output)")
         return EXIT_USAGE
-    try:
-        from tui.app import main as app_main
-    except ImportError as exc:
-        _err(f"the interactive wizard is not available in this build ({exc}); use `ftwiz --check`")
-        return EXIT_USAGE
-    if not callable(app_main):  # tui/app/main.py as a module
-        app_main = getattr(app_main, "main", None)
-    if app_main is None:
-        _err("the interactive wizard is not available in this build (tui.app.main missing); use `ftwiz --check`")
-        return EXIT_USAGE
+    from tui.app import main as app_main
+
     return int(app_main(loaded.config, loaded.path))
 
 

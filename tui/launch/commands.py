@@ -146,11 +146,7 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
     """
     import asyncio
 
-    try:
-        from tui.checks.engine import run_checklist_full
-    except ImportError as exc:
-        _err(f"warning: the checklist is not available ({exc})")
-        return force, {}, None, None
+    from tui.checks.engine import run_checklist_full
 
     def progress(label: str, done: int, total: int) -> None:
         if ":" in label:
@@ -189,10 +185,7 @@ def _poll_reports(config: FtwizConfig) -> dict[str, Any]:
     """The agents' reports without the checklist (GPU counts, cores and NICs for the plan)."""
     import asyncio
 
-    try:
-        from tui.client import AgentClient
-    except ImportError:
-        return {}
+    from tui.client import AgentClient
 
     async def poll() -> dict[str, Any]:
         async with AgentClient(config) as client:

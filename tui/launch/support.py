@@ -53,10 +53,7 @@ def plan_network(config: FtwizConfig, reports: Mapping[str, Any]) -> Optional[di
 
 def agent_stop(config: FtwizConfig, node: str, run_id: str) -> Optional[dict]:
     """Ask ``node``'s agent to kill the run's processes; the report as the SSH helper's shape, or None."""
-    try:
-        from tui.client import AgentClient
-    except ImportError:
-        return None
+    from tui.client import AgentClient
 
     async def call() -> Any:
         async with AgentClient(config) as client:
