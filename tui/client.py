@@ -21,6 +21,7 @@ import enum
 import os
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Optional, TypeVar, Union
 
@@ -45,7 +46,7 @@ from tui.client_errors import certificate_error, peer_certificate
 from tui.client_errors import network_message as _network_message
 from tui.client_errors import response_detail as _detail
 
-__all__ = ["AgentClient", "AgentReply", "NodeState", "NodeStatus", "read_token"]
+__all__ = ["AgentClient", "AgentReply", "NodeState", "NodeStatus", "read_token", "reports_of"]
 
 T = TypeVar("T", bound=BaseModel)
 NodeRef = Union[str, NodeConfig]
@@ -121,6 +122,11 @@ class AgentReply(Generic[T]):
     def ok(self) -> bool:
         """The call succeeded and ``value`` is set."""
         return self.value is not None
+
+
+def reports_of(statuses: Mapping[str, NodeStatus]) -> dict[str, NodeReport]:
+    """The reports of the nodes whose agent answered, by node name (what planning and the launch read)."""
+    return {name: s.report for name, s in statuses.items() if s.report is not None}
 
 
 def read_token(path: str) -> tuple[Optional[str], Optional[str]]:

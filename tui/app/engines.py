@@ -179,13 +179,14 @@ def new_run(app: "Wizard", config: FtwizConfig, *, resume: bool) -> Any:
 
     Raises :class:`tui.launch.run.LaunchError` when there is nothing to resume.
     """
+    from tui.client import reports_of
     from tui.launch.events import RunNote
     from tui.launch.prepare import new_run as prepare_run
     from tui.launch.run import RunOptions
 
     options = app.engines.get("run_options") or RunOptions()
     statuses = app.checks.statuses or app.last_statuses
-    reports = {name: s.report for name, s in statuses.items() if getattr(s, "report", None) is not None}
+    reports = reports_of(statuses)
     run, note = prepare_run(config, options=options, reports=reports, resume=resume, listener_until=app.checks.listener_until,
                             config_source=str(app.config_path) if app.config_path else None, checked=app.checks.results_run)
     if note:

@@ -98,7 +98,9 @@ class CheckContext:
     @property
     def reports(self) -> dict[str, NodeReport]:
         """Reports of the nodes that are up."""
-        return {name: s.report for name, s in self.statuses.items() if s.report is not None}
+        from tui.client import reports_of
+
+        return reports_of(self.statuses)
 
     @property
     def master(self) -> NodeConfig:

@@ -165,7 +165,9 @@ def _checklist(config: FtwizConfig, force: bool) -> tuple[bool, dict[str, Any], 
 def _gate(checked: Any, force: bool) -> tuple[bool, dict[str, Any], Optional[float]]:
     """What did not pass, printed; whether the launch may go on (no failed row, or ``force``); the reports per
     node; the unix time until which the master's agent still holds the rendezvous port's test listener."""
-    reports = {name: s.report for name, s in checked.statuses.items() if getattr(s, "report", None) is not None}
+    from tui.client import reports_of
+
+    reports = reports_of(checked.statuses)
     until = getattr(checked, "rendezvous_listener_until", None)
     shown = [r for r in checked.results if r.status in ("fail", "warn")]
     for row in shown:
@@ -185,7 +187,7 @@ def _poll_reports(config: FtwizConfig) -> dict[str, Any]:
     """The agents' reports without the checklist (GPU counts, cores and NICs for the plan)."""
     import asyncio
 
-    from tui.client import AgentClient
+    from tui.client import AgentClient, reports_of
 
     async def poll() -> dict[str, Any]:
         async with AgentClient(config) as client:
@@ -196,7 +198,7 @@ def _poll_reports(config: FtwizConfig) -> dict[str, Any]:
     except Exception as exc:
         _err(f"warning: could not ask the agents ({type(exc).__name__}: {exc}); planning without their reports")
         return {}
-    return {name: s.report for name, s in statuses.items() if getattr(s, "report", None) is not None}
+    return reports_of(statuses)
 
 
 def _confirm(config: FtwizConfig, run: Run, yes: bool) -> bool:
