@@ -285,6 +285,18 @@ class ComputeProbeRequest(_Model):
     timeout_s: float = Field(60.0, gt=0, le=300, description="Stop the interpreter after this long (importing torch on a cold cache is slow).")
     fresh: bool = Field(False, description="Measure again even when this agent holds a result for the same interpreter and devices.")
 
+    @field_validator("gpus", "threads", "budget_s", "timeout_s", "fresh", mode="before")
+    @classmethod
+    def _no_coercion(cls, value: Any, info: Any) -> Any:
+        """``"threads": true``, ``"gpus": ["1"]`` or ``"fresh": 0`` is bad input, not 1, [1] or false."""
+        items = value if isinstance(value, list) else [value]
+        if info.field_name == "fresh":
+            if not isinstance(value, bool):
+                raise ValueError("fresh must be true or false")
+        elif any(isinstance(v, (bool, str)) for v in items):
+            raise ValueError(f"{info.field_name} must be a number, not a boolean or a string")
+        return value
+
 
 class ComputeDevice(_Model):
     """One device's matmul rate."""

@@ -49,6 +49,7 @@ def test_cuda_without_a_device_is_an_answer_and_not_cached(client: httpx.Client)
 def test_bad_input_and_no_token_are_refused(client: httpx.Client, agent: AgentProcess) -> None:
     assert client.post("/v1/probe/compute", json={"device": "tpu"}).status_code == 422
     assert client.post("/v1/probe/compute", json={"device": "cpu", "budget_s": 60}).status_code == 422
+    assert client.post("/v1/probe/compute", json={"device": "cpu", "fresh": 0}).status_code == 422  # no coercion
     assert httpx.post(agent.url + "/v1/probe/compute", json={"device": "cpu"}, trust_env=False).status_code == 401
 
 
