@@ -159,7 +159,15 @@ async def _probe_compute(ctx: CheckContext) -> tuple[list[Any], list[str]]:
         what = f"cpu, {value.threads} thread(s) per rank, {value.dtype}"
         return NodeCompute(node.name, (value.devices[0].tflops,) * nproc, what), ""
 
-    answers = await asyncio.gather(*(one(n) for n in ctx.config.nodes))
+    async def in_turn(group: list[Any]) -> list[tuple[str, tuple[Optional[NodeCompute], str]]]:
+        return [(n.name, await one(n)) for n in group]
+
+    # nodes on one host would time each other's load: those take turns, separate hosts measure at once
+    hosts: dict[str, list[Any]] = {}
+    for node in ctx.config.nodes:
+        hosts.setdefault(node.host, []).append(node)
+    done = dict(pair for group in await asyncio.gather(*(in_turn(g) for g in hosts.values())) for pair in group)
+    answers = [done[n.name] for n in ctx.config.nodes]
     return [c for c, _ in answers if c is not None], [why for c, why in answers if c is None]
 
 
