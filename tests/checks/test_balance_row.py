@@ -29,10 +29,18 @@ class FakeClient:
     def __init__(self, rates: dict[str, Optional[float]]) -> None:
         self.rates = rates
         self.asked: dict[str, dict[str, Any]] = {}
+        self.busy: list[str] = []
+        self.most_at_once = 0
+        self.same_host_at_once = False
 
     async def probe_compute(self, node: NodeConfig, *, gpus: Optional[list[int]] = None, threads: Optional[int] = None,
                             timeout_s: float = 60.0) -> AgentReply[ComputeProbeResult]:
         self.asked[node.name] = {"gpus": gpus, "threads": threads}
+        self.same_host_at_once |= node.host in self.busy
+        self.busy.append(node.host)
+        self.most_at_once = max(self.most_at_once, len(self.busy))
+        await asyncio.sleep(0.01)  # the other probes' turn, when they were started beside this one
+        self.busy.remove(node.host)
         rate = self.rates[node.name]
         if rate is None:
             value = ComputeProbeResult(python=PY, device="cpu", error="No module named 'torch'")
@@ -56,8 +64,8 @@ def context(nodes: list[NodeConfig], gpus: dict[str, int], client: Any, job: Opt
     return CheckContext(config, statuses, client=client)
 
 
-def node(name: str, **kw: Any) -> NodeConfig:
-    return NodeConfig(name=name, host="10.0.0.1", python=PY, **kw)
+def node(name: str, host: str = "10.0.0.1", **kw: Any) -> NodeConfig:
+    return NodeConfig(name=name, host=host, python=PY, **kw)
 
 
 def test_a_slow_cpu_node_bounds_the_run_and_auto_is_recommended() -> None:
@@ -94,6 +102,13 @@ def test_your_own_code_gets_the_figures_without_the_recipe_advice() -> None:
                   job=JobConfig(workload="command", command=["train.py"]))
     (row,) = asyncio.run(balance(ctx))
     assert row.status == "pass" and "balanced: 3.00x" in row.detail and not row.hint
+
+
+def test_nodes_on_one_host_take_turns_and_other_hosts_measure_at_once() -> None:
+    client = FakeClient({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0})
+    nodes = [node("a", "10.0.0.1"), node("b", "10.0.0.1"), node("c", "10.0.0.2"), node("d", "10.0.0.3")]
+    (row,) = asyncio.run(balance(context(nodes, {n.name: 1 for n in nodes}, client)))
+    assert row.status == "pass" and not client.same_host_at_once and client.most_at_once == 3
 
 
 def test_two_real_agents_time_their_cpu(tmp_path) -> None:
