@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from .probes.compute import ComputeProbe
 from .probes.gpu_fixture import FixtureNvml
 from .probes.nvml import LiveNvml, NvmlSource
 from .probes.tcp import ListenerRegistry
@@ -34,12 +35,14 @@ class AgentState:
     reports: ReportCache = field(init=False)
     listeners: ListenerRegistry = field(init=False)
     bandwidth_lock: asyncio.Lock = field(init=False)
+    compute: ComputeProbe = field(init=False)
     _registry: Optional["CollectorRegistry"] = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.reports = ReportCache(self.sampler, node_name=self.settings.node_name)
         self.listeners = ListenerRegistry(node_name=self.settings.node_name)
         self.bandwidth_lock = asyncio.Lock()
+        self.compute = ComputeProbe(self.settings.python)
 
     @property
     def registry(self) -> "CollectorRegistry":

@@ -7,7 +7,7 @@ marks a node whose major schema differs as *incompatible* instead of misreading 
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -271,6 +271,54 @@ class SinkResult(_Model):
 
     bytes_received: int
     seconds: float
+
+
+class ComputeProbeRequest(_Model):
+    """``POST /v1/probe/compute``: a short matmul in the training interpreter, on the GPUs or the CPU a rank will use."""
+
+    model_config = ConfigDict(extra="forbid")
+    device: Literal["cuda", "cpu"] = Field(description="cuda: every GPU in `gpus` (bf16, fp16 without bf16); cpu: float32 on the CPU.")
+    gpus: list[Annotated[int, Field(ge=0, le=1023)]] = Field(
+        default_factory=list, max_length=64, description="GPU indices (NVML order) as CUDA_VISIBLE_DEVICES; empty with device cpu.")
+    threads: Optional[int] = Field(None, ge=1, le=4096, description="cpu: torch threads, as each CPU rank gets (its OMP_NUM_THREADS).")
+    budget_s: float = Field(0.5, gt=0, le=5, description="Seconds of timed matmuls per device.")
+    timeout_s: float = Field(60.0, gt=0, le=300, description="Stop the interpreter after this long (importing torch on a cold cache is slow).")
+    fresh: bool = Field(False, description="Measure again even when this agent holds a result for the same interpreter and devices.")
+
+    @field_validator("gpus", "threads", "budget_s", "timeout_s", "fresh", mode="before")
+    @classmethod
+    def _no_coercion(cls, value: Any, info: Any) -> Any:
+        """``"threads": true``, ``"gpus": ["1"]`` or ``"fresh": 0`` is bad input, not 1, [1] or false."""
+        items = value if isinstance(value, list) else [value]
+        if info.field_name == "fresh":
+            if not isinstance(value, bool):
+                raise ValueError("fresh must be true or false")
+        elif any(isinstance(v, (bool, str)) for v in items):
+            raise ValueError(f"{info.field_name} must be a number, not a boolean or a string")
+        return value
+
+
+class ComputeDevice(_Model):
+    """One device's matmul rate."""
+
+    index: Optional[int] = Field(None, description="GPU index (NVML order); None for the CPU.")
+    name: str = Field("", description="Device name as torch sees it.")
+    tflops: float = Field(description="Dense matmul TFLOP/s measured.")
+
+
+class ComputeProbeResult(_Model):
+    """The matmul rate of each device, as the training interpreter measured it; cached by the agent per interpreter
+    and device set."""
+
+    python: str = Field(description="The training interpreter that ran it.")
+    device: Literal["cuda", "cpu"]
+    dtype: str = Field("", description="bfloat16, float16 or float32.")
+    threads: Optional[int] = Field(None, description="cpu: torch threads used.")
+    devices: list[ComputeDevice] = Field(default_factory=list)
+    seconds: float = Field(0.0, description="Wall time of the probe, interpreter start included.")
+    measured_at: float = Field(0.0, description="Unix time the measurement started.")
+    cached: bool = Field(False, description="Answered from this agent's cache (no interpreter started).")
+    error: Optional[str] = Field(None, description="Why no figure: no torch, no CUDA, timed out.")
 
 
 class RefreshResult(_Model):

@@ -32,6 +32,7 @@ from shared.config import FtwizConfig, NodeConfig
 from shared.models import (
     SCHEMA_VERSION,
     BandwidthProbeResult,
+    ComputeProbeResult,
     ConnectManyResult,
     ConnectProbeResult,
     Health,
@@ -427,6 +428,16 @@ class AgentClient:
         """Ask ``node``'s agent to stream to ``peer_url`` (another agent) for ``seconds`` (≤ 10)."""
         body = {"peer_url": peer_url, "seconds": min(seconds, 10.0)}
         return await self._call(node, "POST", "/v1/probe/bandwidth", BandwidthProbeResult, json=body, timeout=self.timeout + 2 * seconds + 2)
+
+    async def probe_compute(self, node: NodeRef, *, gpus: Optional[list[int]] = None, threads: Optional[int] = None,
+                            timeout_s: float = 60.0) -> AgentReply[ComputeProbeResult]:
+        """``POST /v1/probe/compute``: matmul TFLOP/s on ``gpus`` (NVML indices), or on the CPU with ``threads``
+        torch threads when ``gpus`` is None; the agent answers from its cache when it measured the same before."""
+        body: dict[str, Any] = {"device": "cuda", "gpus": gpus} if gpus is not None else {"device": "cpu", "threads": threads}
+        body["timeout_s"] = min(timeout_s, 300.0)
+        # a probe already running on that agent (another checklist) is waited for, then answered from the cache
+        return await self._call(node, "POST", "/v1/probe/compute", ComputeProbeResult, json=body,
+                                timeout=self.timeout + 2 * min(timeout_s, 300.0) + 5)
 
     async def refresh(self, node: NodeRef) -> AgentReply[RefreshResult]:
         """``POST /v1/refresh``: re-probe the training interpreter now."""

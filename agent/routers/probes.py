@@ -1,10 +1,14 @@
-"""``POST /v1/probe/{connect,connect-many,listen,bandwidth}``, ``DELETE /v1/probe/listen/{port}``: network checks run from this node."""
+"""``POST /v1/probe/{connect,connect-many,listen,bandwidth,compute}``, ``DELETE /v1/probe/listen/{port}``: network checks run from this node."""
+
+import asyncio
 
 from fastapi import APIRouter, Depends, HTTPException, Path
 
 from shared.models import (
     BandwidthProbeRequest,
     BandwidthProbeResult,
+    ComputeProbeRequest,
+    ComputeProbeResult,
     ConnectManyRequest,
     ConnectManyResult,
     ConnectProbeRequest,
@@ -89,3 +93,11 @@ async def bandwidth_probe(body: BandwidthProbeRequest, state: AgentState = Depen
             body.peer_url, body.seconds, token=state.settings.token, allow=state.settings.probe_allow,
             tls_only=state.settings.tls, ca_file=state.settings.tls_ca_file,
         )
+
+
+@router.post("/compute", response_model=ComputeProbeResult, summary="Time a matmul on the GPUs or the CPU a run will use",
+             dependencies=[Depends(no_coercion(ComputeProbeRequest))])
+async def compute(body: ComputeProbeRequest, state: AgentState = Depends(get_state)) -> ComputeProbeResult:
+    """TFLOP/s per device from the training interpreter (the checklist's balance row); cached per interpreter and
+    device set, one probe at a time (a second waits for the first, then reads its cached answer)."""
+    return await asyncio.to_thread(state.compute.measure, body)

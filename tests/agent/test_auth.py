@@ -22,6 +22,7 @@ def route_requests(agent: AgentProcess) -> dict[tuple[str, str], dict]:
         ("POST", "/v1/probe/listen"): {"json": {"port": free_port(), "ttl_s": 1}},
         ("DELETE", "/v1/probe/listen/{port}"): {"path": f"/v1/probe/listen/{held}", "listen_first": held},
         ("POST", "/v1/probe/bandwidth"): {"json": {"peer_url": agent.url, "seconds": 0.2}},
+        ("POST", "/v1/probe/compute"): {"json": {"device": "cuda", "gpus": []}},  # answered at once, no interpreter
         ("POST", "/v1/sink"): {"content": b"x" * 1000},
         ("POST", "/v1/runs/{run_id}/stop"): {"path": "/v1/runs/auth-matrix-no-such-run/stop"},
         ("GET", "/v1/kernel/oom/{pid}"): {"path": "/v1/kernel/oom/1"},

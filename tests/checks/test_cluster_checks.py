@@ -21,7 +21,7 @@ EVERY_CHECK = {
     "env.packages", "env.parity", "mem.fit", "disk.free", "clock.skew", "net.subnet", "net.ifname", "net.mtu",
     "net.ib", "net.latency", "net.bandwidth", "net.mesh", "net.sync", "net.master_address", "rendezvous.port_free",
     "rendezvous.reachable",
-    "data.reachable", "plan.batch", "plan.hetero", "plan.advice",
+    "data.reachable", "plan.batch", "plan.hetero", "plan.balance", "plan.advice",
 }
 
 

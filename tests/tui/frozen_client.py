@@ -10,10 +10,15 @@ and ``time_unix`` stays real so the clock-skew check still measures something tr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from tests.tui.fixture_cluster import constructed_report
-from tui.client import AgentClient, NodeStatus
+from shared.models import ComputeDevice, ComputeProbeResult
+from tests.tui.fixture_cluster import CONSTRUCTED_PYTHON, FROZEN_TIME, constructed_report
+from tui.client import AgentClient, AgentReply, NodeState, NodeStatus
+
+CONSTRUCTED_TFLOPS = {"h100-sxm": 700.0, "rtx4090": 150.0, "cpu": 1.0}
+"""Constructed matmul rates (bf16 GPUs, a 64-core CPU in float32), about what such devices measure: a real
+probe would time this machine's CPU (it changes between runs) and finds no CUDA behind a GPU fixture."""
 
 
 class FrozenClient(AgentClient):
@@ -36,3 +41,15 @@ class FrozenClient(AgentClient):
         if report.software is not None:
             report.software.cuda_available = bool(report.gpus)
         return status
+
+    async def probe_compute(self, node: Any, *, gpus: Optional[list[int]] = None, threads: Optional[int] = None,
+                            timeout_s: float = 60.0) -> AgentReply[ComputeProbeResult]:
+        cfg = self._node(node)
+        if gpus is None:
+            value = ComputeProbeResult(python=CONSTRUCTED_PYTHON, device="cpu", dtype="float32", threads=threads, measured_at=FROZEN_TIME,
+                                       devices=[ComputeDevice(name="cpu", tflops=CONSTRUCTED_TFLOPS["cpu"])])
+        else:
+            kind = "rtx4090" if cfg.name == "node1" else "h100-sxm"  # tests/tui/conftest.py's fixtures
+            value = ComputeProbeResult(python=CONSTRUCTED_PYTHON, device="cuda", dtype="bfloat16", measured_at=FROZEN_TIME,
+                                       devices=[ComputeDevice(index=i, name=kind, tflops=CONSTRUCTED_TFLOPS[kind]) for i in gpus])
+        return AgentReply(cfg.name, NodeState.UP, value=value, status_code=200)

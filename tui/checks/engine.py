@@ -29,7 +29,7 @@ ORDER = [
     "agent.reachable", "agent.version", "ssh.auth", "gpu.present", "gpu.processes", "gpu.ecc", "gpu.throttle",
     "env.packages", "env.parity", "job.code", "job.requires", "mem.fit", "disk.free", "clock.skew", "net.subnet", "net.ifname", "net.mtu",
     "net.ib", "net.latency", "net.bandwidth", "net.mesh", "net.sync", "net.master_address", "rendezvous.port_free", "rendezvous.reachable",
-    "data.reachable", "plan.batch", "plan.hetero", "plan.advice",
+    "data.reachable", "plan.batch", "plan.hetero", "plan.balance", "plan.advice",
 ]
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from tui.checks.base import CheckContext, CheckResult, check, result
-from tui.jobshape import DECLARE_HINT, gpu_inventory, interconnect, planned, planned_note, world_size
+from tui.jobshape import DECLARE_HINT, gpu_inventory, interconnect, node_processes, planned, planned_note, world_size
 
 GIB = 1024**3
+PROBE_TIMEOUT_S = 40.0
+"""The compute probe's limit per node, inside the engine's 60 s per check (a cold torch import is the slow part)."""
 
 
 def _gpu_inventory(ctx: CheckContext) -> dict[str, list[Any]]:
@@ -98,3 +100,81 @@ def other_advice(ctx: CheckContext) -> list[CheckResult]:
     if warns:
         return [_row("plan.advice", title, a, planned_note(job)) for a in warns]
     return [result("plan.advice", title, "pass", None, "; ".join(f"{a.title}" for a in shown) + planned_note(job))]
+
+
+@check("plan.balance", "which node sets the pace")
+async def balance(ctx: CheckContext) -> list[CheckResult]:
+    """A short matmul per node (the agents' compute probe, cached by each agent): the node whose ranks compute
+    slowest bounds a uniform split; the balanced split's expected gain (:mod:`shared.computeplan`). Never a failure."""
+    from shared import computeplan
+
+    title = "which node sets the pace"
+    job = ctx.config.job
+    if job.workload == "allreduce":
+        return [result("plan.balance", title, "skip", None, "workload allreduce: no training to pace")]
+    if world_size(ctx.config, ctx.reports) < 2:
+        return [result("plan.balance", title, "skip", None, "one rank: nothing to balance")]
+    measured, missing = await ctx.memo("compute-probe", lambda: _probe_compute(ctx))
+    if not measured:
+        return [result("plan.balance", title, "skip", None, "no node measured: " + "; ".join(missing),
+                       "the compute probe needs torch in each node's training interpreter")]
+    plan = computeplan.plan_pace(measured, workload=job.workload, balance=job.balance)
+    detail = f"{plan.summary} ({plan.per_node})"
+    if missing:
+        detail += "; not measured: " + "; ".join(missing)
+    hint = ""
+    if plan.recommend:
+        hint = f'set [job] balance = "auto": the slow ranks then train on fewer samples per step (≈{plan.balanced:.2f}x at best)'
+    elif job.balance == "auto" and plan.balanced < 1 + 0.1:
+        detail += "; balance auto will keep the uniform split (ranks within 10 %)"
+    return [result("plan.balance", title, "pass", None, detail, hint)]
+
+
+async def _probe_compute(ctx: CheckContext) -> tuple[list[Any], list[str]]:
+    """Each up node's per-rank matmul rates (GPUs the run will use, or the CPU threads each CPU rank gets)."""
+    import asyncio
+
+    from shared.computeplan import NodeCompute
+
+    async def one(node: Any) -> tuple[Optional[NodeCompute], str]:
+        report = ctx.reports.get(node.name)
+        if report is None:
+            return None, f"{node.name}: agent not up"
+        nproc, cvd = node_processes(node, [g.index for g in report.gpus])
+        if cvd:
+            gpus = [int(i) for i in cvd.split(",")]
+            reply = await ctx.client.probe_compute(node, gpus=gpus, timeout_s=PROBE_TIMEOUT_S)
+        else:
+            cores = report.host.cpu_cores if report.host is not None else None
+            threads = _omp_threads(ctx) or max(1, (cores or 1) // nproc)
+            reply = await ctx.client.probe_compute(node, threads=threads, timeout_s=PROBE_TIMEOUT_S)
+        value = reply.value
+        if value is None or value.error or not value.devices:
+            why = value.error if value is not None and value.error else (reply.error or "no figure")
+            return None, f"{node.name}: {why}"
+        if value.device == "cuda":
+            names = sorted({d.name for d in value.devices})
+            what = f"{len(value.devices)}× {', '.join(names)} {value.dtype}"
+            return NodeCompute(node.name, tuple(d.tflops for d in value.devices), what), ""
+        what = f"cpu, {value.threads} thread(s) per rank, {value.dtype}"
+        return NodeCompute(node.name, (value.devices[0].tflops,) * nproc, what), ""
+
+    async def in_turn(group: list[Any]) -> list[tuple[str, tuple[Optional[NodeCompute], str]]]:
+        return [(n.name, await one(n)) for n in group]
+
+    # nodes on one host would time each other's load: those take turns, separate hosts measure at once
+    hosts: dict[str, list[Any]] = {}
+    for node in ctx.config.nodes:
+        hosts.setdefault(node.host, []).append(node)
+    done = dict(pair for group in await asyncio.gather(*(in_turn(g) for g in hosts.values())) for pair in group)
+    answers = [done[n.name] for n in ctx.config.nodes]
+    return [c for c, _ in answers if c is not None], [why for c, why in answers if c is None]
+
+
+def _omp_threads(ctx: CheckContext) -> Optional[int]:
+    """``OMP_NUM_THREADS`` the user set for every rank ([job].env or [nccl].env win over the launch's default)."""
+    for env in (ctx.config.job.env, ctx.config.nccl.env):
+        value = env.get("OMP_NUM_THREADS", "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return None

@@ -1,0 +1,138 @@
+"""The checklist's ``plan.balance`` row: which node sets the pace, from the agents' compute probe.
+
+The decision is :mod:`shared.computeplan` (table-tested in tests/planning); here the row's shape against a
+fake client (what each node asks for and how the answers read), then the real thing: two real agents on
+loopback, each timing a CPU matmul in its training interpreter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any, Optional
+
+from shared.config import ClusterConfig, FtwizConfig, JobConfig, NodeConfig
+from shared.models import ComputeDevice, ComputeProbeResult, GpuInfo, HostInfo, NodeReport
+from tests.agent.conftest import AgentProcess
+from tui.checks.base import CheckContext
+from tui.checks.plan import balance
+from tui.client import AgentClient, AgentReply, NodeState, NodeStatus
+
+GIB = 1024**3
+PY = "/opt/venv/bin/python"
+
+
+class FakeClient:
+    """Answers ``probe_compute`` from a table of rates; records what each node was asked."""
+
+    def __init__(self, rates: dict[str, Optional[float]]) -> None:
+        self.rates = rates
+        self.asked: dict[str, dict[str, Any]] = {}
+        self.busy: list[str] = []
+        self.most_at_once = 0
+        self.same_host_at_once = False
+
+    async def probe_compute(self, node: NodeConfig, *, gpus: Optional[list[int]] = None, threads: Optional[int] = None,
+                            timeout_s: float = 60.0) -> AgentReply[ComputeProbeResult]:
+        self.asked[node.name] = {"gpus": gpus, "threads": threads}
+        self.same_host_at_once |= node.host in self.busy
+        self.busy.append(node.host)
+        self.most_at_once = max(self.most_at_once, len(self.busy))
+        await asyncio.sleep(0.01)  # the other probes' turn, when they were started beside this one
+        self.busy.remove(node.host)
+        rate = self.rates[node.name]
+        if rate is None:
+            value = ComputeProbeResult(python=PY, device="cpu", error="No module named 'torch'")
+        elif gpus is not None:
+            value = ComputeProbeResult(python=PY, device="cuda", dtype="bfloat16",
+                                       devices=[ComputeDevice(index=i, name="RTX 3060", tflops=rate) for i in gpus])
+        else:
+            value = ComputeProbeResult(python=PY, device="cpu", dtype="float32", threads=threads, devices=[ComputeDevice(name="cpu", tflops=rate)])
+        return AgentReply(node.name, NodeState.UP, value=value, status_code=200)
+
+
+def report(name: str, gpus: int) -> NodeReport:
+    return NodeReport(node_name=name, hostname=name, agent_version="0.1.0", time_unix=0.0,
+                      host=HostInfo(cpu_cores=16),
+                      gpus=[GpuInfo(index=i, name="RTX 3060", memory_total_bytes=12 * GIB) for i in range(gpus)])
+
+
+def context(nodes: list[NodeConfig], gpus: dict[str, int], client: Any, job: Optional[JobConfig] = None) -> CheckContext:
+    config = FtwizConfig(cluster=ClusterConfig(), nodes=nodes, job=job or JobConfig(workload="sft", method="lora"))
+    statuses = {n.name: NodeStatus(n.name, f"http://{n.name}", NodeState.UP, report=report(n.name, gpus[n.name])) for n in nodes}
+    return CheckContext(config, statuses, client=client)
+
+
+def node(name: str, host: str = "10.0.0.1", **kw: Any) -> NodeConfig:
+    return NodeConfig(name=name, host=host, python=PY, **kw)
+
+
+def test_a_slow_cpu_node_bounds_the_run_and_auto_is_recommended() -> None:
+    client = FakeClient({"gpu": 12.0, "cpu": 0.5})
+    ctx = context([node("gpu", gpus=[1]), node("cpu", cpu_ranks=4)], {"gpu": 2, "cpu": 0}, client)
+    (row,) = asyncio.run(balance(ctx))
+    assert row.status == "pass"
+    assert row.detail.startswith("cpu bounds the run; uniform: 5 rank(s) at cpu's pace = 1.00; balanced: 5.60x")  # (12 + 4 × 0.5) / (5 × 0.5)
+    assert "gpu 12 TFLOP/s per rank (1× RTX 3060 bfloat16)" in row.detail
+    assert "cpu 0.5 0.5 0.5 0.5 TFLOP/s per rank (cpu, 4 thread(s) per rank, float32)" in row.detail
+    assert 'balance = "auto"' in row.hint
+    # the GPU node is asked for the GPUs the run uses; each CPU rank gets the node's cores over its ranks
+    assert client.asked == {"gpu": {"gpus": [1], "threads": None}, "cpu": {"gpus": None, "threads": 4}}
+
+
+def test_even_nodes_pass_without_advice_and_a_node_without_torch_is_named() -> None:
+    client = FakeClient({"a": 10.0, "b": 10.0, "c": None})
+    ctx = context([node("a"), node("b"), node("c")], {"a": 1, "b": 1, "c": 1}, client)
+    (row,) = asyncio.run(balance(ctx))
+    assert row.status == "pass" and not row.hint
+    assert "balanced: 1.00x" in row.detail and "not measured: c: No module named 'torch'" in row.detail
+
+
+def test_skips_one_rank_and_nothing_measured() -> None:
+    one = context([node("a")], {"a": 1}, FakeClient({"a": 1.0}))
+    assert asyncio.run(balance(one))[0].status == "skip"
+    none = context([node("a"), node("b")], {"a": 1, "b": 1}, FakeClient({"a": None, "b": None}))
+    (row,) = asyncio.run(balance(none))
+    assert row.status == "skip" and "torch" in row.hint
+
+
+def test_your_own_code_gets_the_figures_without_the_recipe_advice() -> None:
+    ctx = context([node("a"), node("b")], {"a": 1, "b": 1}, FakeClient({"a": 10.0, "b": 2.0}),
+                  job=JobConfig(workload="command", command=["train.py"]))
+    (row,) = asyncio.run(balance(ctx))
+    assert row.status == "pass" and "balanced: 3.00x" in row.detail and not row.hint
+
+
+def test_nodes_on_one_host_take_turns_and_other_hosts_measure_at_once() -> None:
+    client = FakeClient({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0})
+    nodes = [node("a", "10.0.0.1"), node("b", "10.0.0.1"), node("c", "10.0.0.2"), node("d", "10.0.0.3")]
+    (row,) = asyncio.run(balance(context(nodes, {n.name: 1 for n in nodes}, client)))
+    assert row.status == "pass" and not client.same_host_at_once and client.most_at_once == 3
+
+
+def test_two_real_agents_time_their_cpu(tmp_path) -> None:
+    os.chmod(tmp_path, 0o700)
+    first = AgentProcess(tmp_path, node_name="n0")
+    second = AgentProcess(tmp_path, node_name="n1", token_file=first.token_file)
+    try:
+        nodes = [NodeConfig(name=a.node_name, host="127.0.0.1", agent_port=a.port, python=sys.executable, cpu_ranks=1)
+                 for a in (first, second)]
+        config = FtwizConfig(cluster=ClusterConfig(agent_token_file=str(first.token_file)), nodes=nodes,
+                             job=JobConfig(workload="sft", method="lora", env={"OMP_NUM_THREADS": "1"}))
+
+        async def check() -> Any:
+            async with AgentClient(config) as client:
+                statuses = await client.poll()
+                rows = await balance(CheckContext(config, statuses, client))
+                again = await client.probe_compute(nodes[0], threads=1)  # what the row asked: answered from the cache
+                return rows, again
+
+        (row,), again = asyncio.run(check())
+        assert row.status == "pass", row
+        assert "bounds the run; uniform: 2 rank(s)" in row.detail
+        assert "n0 " in row.detail and "n1 " in row.detail and "cpu, 1 thread(s) per rank, float32" in row.detail
+        assert again.value is not None and again.value.cached and again.value.devices[0].tflops > 0
+    finally:
+        first.stop()
+        second.stop()
