@@ -52,16 +52,28 @@ class FakeClient:
         return AgentReply(node.name, NodeState.UP, value=value, status_code=200)
 
 
-def report(name: str, gpus: int) -> NodeReport:
+def report(name: str, gpus: int, *, card: Optional[str] = None) -> NodeReport:
+    """A node with ``gpus`` cards, each of its own model unless ``card`` is given (the nodes then differ, and the
+    probe decides), and a CPU whose model is unknown (so CPU nodes are always probed)."""
     return NodeReport(node_name=name, hostname=name, agent_version="0.1.0", time_unix=0.0,
                       host=HostInfo(cpu_cores=16),
-                      gpus=[GpuInfo(index=i, name="RTX 3060", memory_total_bytes=12 * GIB) for i in range(gpus)])
+                      gpus=[GpuInfo(index=i, name=card or f"card of {name}", memory_total_bytes=12 * GIB) for i in range(gpus)])
 
 
-def context(nodes: list[NodeConfig], gpus: dict[str, int], client: Any, job: Optional[JobConfig] = None) -> CheckContext:
+def context(nodes: list[NodeConfig], gpus: dict[str, int], client: Any, job: Optional[JobConfig] = None,
+            card: Optional[str] = None) -> CheckContext:
     config = FtwizConfig(cluster=ClusterConfig(), nodes=nodes, job=job or JobConfig(workload="sft", method="lora"))
-    statuses = {n.name: NodeStatus(n.name, f"http://{n.name}", NodeState.UP, report=report(n.name, gpus[n.name])) for n in nodes}
+    statuses = {n.name: NodeStatus(n.name, f"http://{n.name}", NodeState.UP, report=report(n.name, gpus[n.name], card=card))
+                for n in nodes}
     return CheckContext(config, statuses, client=client)
+
+
+def test_nodes_of_one_card_model_are_not_probed() -> None:
+    """Every rank on the same kind of card: no node sets the pace, and no agent pays for a probe."""
+    client = FakeClient({"a": 10.0, "b": 10.0})
+    (row,) = asyncio.run(balance(context([node("a"), node("b", gpus=2)], {"a": 1, "b": 2}, client, card="RTX 3060")))
+    assert row.status == "pass" and not row.hint and not client.asked, (row, client.asked)
+    assert "every rank runs on RTX 3060" in row.detail and "no compute probe" in row.detail
 
 
 def node(name: str, host: str = "10.0.0.1", **kw: Any) -> NodeConfig:
@@ -116,22 +128,28 @@ def test_two_real_agents_time_their_cpu(tmp_path) -> None:
     first = AgentProcess(tmp_path, node_name="n0")
     second = AgentProcess(tmp_path, node_name="n1", token_file=first.token_file)
     try:
-        nodes = [NodeConfig(name=a.node_name, host="127.0.0.1", agent_port=a.port, python=sys.executable, cpu_ranks=1)
-                 for a in (first, second)]
+        # one CPU rank on n0, two on n1: each n1 rank gets half the threads, so the nodes differ and are probed
+        nodes = [NodeConfig(name=a.node_name, host="127.0.0.1", agent_port=a.port, python=sys.executable, cpu_ranks=ranks)
+                 for a, ranks in ((first, 1), (second, 2))]
         config = FtwizConfig(cluster=ClusterConfig(agent_token_file=str(first.token_file)), nodes=nodes,
-                             job=JobConfig(workload="sft", method="lora", env={"OMP_NUM_THREADS": "1"}))
+                             job=JobConfig(workload="sft", method="lora"))
+        cores = os.cpu_count() or 1
+        threads = max(1, cores // 1), max(1, cores // 2)
 
         async def check() -> Any:
             async with AgentClient(config) as client:
                 statuses = await client.poll()
                 rows = await balance(CheckContext(config, statuses, client))
-                again = await client.probe_compute(nodes[0], threads=1)  # what the row asked: answered from the cache
+                again = await client.probe_compute(nodes[0], threads=threads[0])  # what the row asked: from the cache
                 return rows, again
 
         (row,), again = asyncio.run(check())
         assert row.status == "pass", row
-        assert "bounds the run; uniform: 2 rank(s)" in row.detail
-        assert "n0 " in row.detail and "n1 " in row.detail and "cpu, 1 thread(s) per rank, float32" in row.detail
+        if threads[0] == threads[1]:  # a one-core machine: both nodes' ranks get one thread, nothing to probe
+            assert "no compute probe needed" in row.detail, row.detail
+            return
+        assert "bounds the run; uniform: 3 rank(s)" in row.detail, row.detail
+        assert "n0 " in row.detail and "n1 " in row.detail and f"cpu, {threads[1]} thread(s) per rank, float32" in row.detail
         assert again.value is not None and again.value.cached and again.value.devices[0].tflops > 0
     finally:
         first.stop()

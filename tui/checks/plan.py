@@ -114,6 +114,10 @@ async def balance(ctx: CheckContext) -> list[CheckResult]:
         return [result("plan.balance", title, "skip", None, "workload allreduce: no training to pace")]
     if world_size(ctx.config, ctx.reports) < 2:
         return [result("plan.balance", title, "skip", None, "one rank: nothing to balance")]
+    same = _one_device_kind(ctx)
+    if same is not None:  # nothing to time: every rank computes on the same kind of device with the same threads
+        return [result("plan.balance", title, "pass", None, f"every rank runs on {same}: no node sets the pace; "
+                       "a uniform split is balanced (no compute probe needed)")]
     measured, missing = await ctx.memo("compute-probe", lambda: _probe_compute(ctx))
     if not measured:
         return [result("plan.balance", title, "skip", None, "no node measured: " + "; ".join(missing),
@@ -128,6 +132,30 @@ async def balance(ctx: CheckContext) -> list[CheckResult]:
     elif job.balance == "auto" and plan.balanced < 1 + 0.1:
         detail += "; balance auto will keep the uniform split (ranks within 10 %)"
     return [result("plan.balance", title, "pass", None, detail, hint)]
+
+
+def _one_device_kind(ctx: CheckContext) -> Optional[str]:
+    """The one kind of device every rank computes on (a GPU model, or a CPU model with the same threads per rank),
+    or None when the nodes differ or a node's agent did not report (then the probe decides)."""
+    kinds: set[str] = set()
+    for node in ctx.config.nodes:
+        report = ctx.reports.get(node.name)
+        if report is None:
+            return None
+        nproc, cvd = node_processes(node, [g.index for g in report.gpus])
+        if cvd:
+            names = {g.index: g.name for g in report.gpus}
+            kinds.update(str(names.get(int(i))) for i in cvd.split(","))
+        else:
+            cores = report.host.cpu_cores if report.host is not None else None
+            model = report.host.cpu_model if report.host is not None else None
+            if not model or not cores:
+                return None
+            threads = _omp_threads(ctx) or max(1, cores // nproc)
+            kinds.add(f"{model} ({threads} thread(s) per rank)")
+        if len(kinds) > 1:
+            return None
+    return next(iter(kinds)) if len(kinds) == 1 and "None" not in kinds else None
 
 
 async def _probe_compute(ctx: CheckContext) -> tuple[list[Any], list[str]]:
