@@ -303,5 +303,27 @@ def _env_int(name: str, default: int = 0) -> int:
         return default
 
 
+def leave(code: int) -> None:
+    """Exit with the code's exit code, as Python would, but without the interpreter's teardown when it is safe.
+
+    After a peer died, a rank's own error was seen replaced at teardown by SIGABRT ("terminate called without an
+    active exception": a gloo thread still joinable when torch's static objects are destroyed) — and a rank killed
+    by a signal is blamed before the peer whose error it only echoed. So: the script's ``atexit`` handlers run and
+    every stream is flushed, as at a normal exit, then the process leaves with ``os._exit``. A script that still has
+    a non-daemon thread of its own running gets Python's normal exit, which waits for it.
+    """
+    import atexit
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more can be said anyway
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

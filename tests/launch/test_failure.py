@@ -84,6 +84,24 @@ def test_a_peers_abort_reported_first_does_not_hide_the_killed_rank():
     assert tracker.attribute("node0", None, rank_nodes={1: "node0", 2: "node1"}) == ("node1", 2)
 
 
+def test_a_peer_that_only_echoes_the_lost_rank_is_not_blamed_even_when_its_node_ends_first():
+    """Rank 2 raised; rank 1 raised gloo's "Connection closed by peer" and rank 0 aborted (SIGABRT) as it went, and
+    their nodes' torchrun reported first (seen in the namespace test of a script raising on rank 2)."""
+    tracker = FailureTracker(["node0", "node1", "node2"])
+    _feed(tracker, "node0", _summary([], (0, 0, "-6 (pid: 5)  (SIGABRT)")))
+    _feed(tracker, "node1", _summary([], (1, 0, "1 (pid: 6) ")))
+    _feed(tracker, "node2", _summary([], (2, 0, "1 (pid: 7) ")))
+    errors = [("node1", 1, "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+                           "[10.130.22.13]:54446. This is typically caused by a remote worker crashing."),
+              ("node2", 2, "RuntimeError: simulated data error on rank 2 (ddp_loop.py line 35, in main)")]
+    for trigger in ("node0", "node1", "node2"):
+        assert tracker.attribute(trigger, None, rank_nodes={}, errors=errors) == ("node2", 2), trigger
+    # without the summaries, the error lines alone say the same
+    assert FailureTracker(["node1", "node2"]).attribute("node1", None, rank_nodes={}, errors=errors) == ("node2", 2)
+    # an echo is still blamed when it is all there is
+    assert FailureTracker(["node1"]).attribute("node1", None, rank_nodes={}, errors=errors[:1]) == ("node1", 1)
+
+
 def test_one_parser_reads_torchrun_failure_lines_for_the_run_and_for_why(tmp_path):
     """shared.torchrun_failures is what the live blame and --why both read torchrun's failure lines with."""
     from shared.torchrun_failures import root_cause_rank, says_a_worker_failed, summary_exit, worker_failed

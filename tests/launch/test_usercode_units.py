@@ -185,6 +185,30 @@ def test_the_runner_runs_a_script_with_its_argv_and_exit_code(tmp_path):
     assert (progress["ftwiz"], progress["step"], progress["total_steps"], progress["loss"]) == ("progress", 3, 5, 0.25)
 
 
+def test_the_runner_leaves_after_the_scripts_atexit_handlers_and_waits_for_its_threads(tmp_path):
+    """The runner leaves with ``os._exit`` (no interpreter teardown: a gloo thread there turned a rank's error into
+    SIGABRT), but only after what a normal exit does for the script: its atexit handlers, its unflushed output, and
+    a non-daemon thread of its own still running (then Python's normal exit waits for it)."""
+    rundir = tmp_path / "run"
+    (rundir / "code").mkdir(parents=True)
+    (rundir / "code" / "train.py").write_text(
+        "import atexit, sys, threading, time\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "if '--thread' in sys.argv:\n"
+        "    threading.Thread(target=lambda: (time.sleep(0.3), print('thread done'))).start()\n"
+        "sys.stdout.write('unflushed tail')\n"
+        "raise RuntimeError('boom')\n")
+    (rundir / "job.json").write_text(json.dumps({"command": ["train.py"], "code_dir": ".", "workdir": str(tmp_path)}))
+    for argv, thread in (([], False), (["--thread"], True)):
+        spec = json.loads((rundir / "job.json").read_text()) | {"command": ["train.py", *argv]}
+        (rundir / "job.json").write_text(json.dumps(spec))
+        done = subprocess.run([sys.executable, "-m", "agent.workloads.usercode", "--spec", str(rundir / "job.json")], cwd=REPO,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 1, done.stderr
+        assert "RuntimeError: boom" in done.stderr and "unflushed tail" in done.stdout and "atexit ran" in done.stdout
+        assert ("thread done" in done.stdout) == thread, done.stdout
+
+
 def test_the_runner_names_a_missing_script(tmp_path):
     (tmp_path / "job.json").write_text(json.dumps({"command": ["nope.py"], "code_dir": "", "workdir": str(tmp_path)}))
     done = subprocess.run([sys.executable, "-m", "agent.workloads.usercode", "--spec", str(tmp_path / "job.json")], cwd=REPO,

@@ -125,8 +125,10 @@ async def test_stop_asks_then_stops_every_rank(solo, tmp_path):
         assert app.launch.result.status == "stopped"
         assert _processes_of(run_id) == []
         assert "stopped" in flat_text(app)
-        # A stopped all-reduce check is not resumable; a new launch is allowed again.
-        assert not app.screen.query_one("#launch").disabled
+        # A stopped all-reduce check is not resumable; a new launch is allowed again (once the screen drew the result:
+        # the session's result is set on the event, the buttons on the redraw that follows it).
+        await wait_for(pilot, lambda: not app.screen.query_one("#launch").disabled, what="the launch button enabled again")
+        assert app.screen.query_one("#stop").disabled
 
 
 async def test_failed_run_shows_node_rank_last_lines_and_offers_resume(solo, tmp_path):

@@ -9,12 +9,18 @@ lost their peers. The lines are read by :mod:`shared.torchrun_failures`, the par
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Any, Iterable, Optional
 
 from shared.torchrun_failures import SIGNALS, is_stack_dump, root_cause_rank, summary_exit, worker_failed
 
-__all__ = ["FailureTracker", "describe_exit"]
+__all__ = ["PEER_LOST", "FailureTracker", "describe_exit"]
+
+PEER_LOST = re.compile(r"(?:closed|reset) by (?:remote )?peer|remote (?:worker|process|peer) (?:crash|exit|died|has)|"
+                       r"Broken pipe|peer (?:has )?(?:closed|disconnected|exited)", re.IGNORECASE)
+"""An error line that says a rank's peer went away (gloo's "Connection closed by peer … typically caused by a remote
+worker crashing", "Connection reset by peer", a broken pipe): the echo of another rank's failure, not a cause."""
 
 
 def describe_exit(code: Optional[str]) -> str:
@@ -103,28 +109,35 @@ class FailureTracker:
         rank_nodes: dict[int, str],
         errors: Iterable[tuple[str, Optional[int], str]] = (),
     ) -> tuple[Optional[str], Optional[int]]:
-        """The node and rank to blame: a given rank; else a worker killed by a signal; else the first failure."""
+        """The node and rank to blame: a given rank; else a worker killed by a signal from outside; else the first
+        failure that is not an echo of a lost peer; else the first failure.
+
+        Peers echo a rank's death: gloo/NCCL abort them (SIGABRT), or they raise "Connection closed by peer" — and
+        their torchrun may report before the dead rank's (the nodes' logs race over their links). So a cause is
+        ranked: 0 killed by a signal from outside (SIGKILL, SIGSEGV, ...), 1 failed on its own, 2 failed with an
+        error line that says its peer went away, 3 aborted; then the trigger node (the first torchrun to end),
+        then the order seen.
+        """
         if trigger_rank is not None:
             return rank_nodes.get(trigger_rank, trigger_node), trigger_rank
+        errors = list(errors)
+        echoes = {(node, rank) for node, rank, message in errors if PEER_LOST.search(message)}
 
-        def killed(cause: dict[str, Any]) -> bool:
-            return cause.get("exitcode", 0) < 0 and cause.get("exitcode") not in (-15, -2)
+        def kind(cause: dict[str, Any]) -> int:
+            code = cause.get("exitcode", 0)
+            if code == -6:
+                return 3
+            if code < 0 and code not in (-15, -2):
+                return 0
+            return 2 if (cause["node"], cause["rank"]) in echoes else 1
 
-        def echo_rank(cause: dict[str, Any]) -> int:
-            # A peer that lost its rank aborts (gloo/NCCL: SIGABRT) and its torchrun may report first:
-            # a signal from outside (SIGKILL, SIGSEGV, ...) is the cause, an abort only when nothing else is.
-            return 1 if cause.get("exitcode") == -6 else 0
-
-        causes = sorted((c for c in self.root_causes if c.get("rank") is not None), key=lambda c: (not killed(c), echo_rank(c), c["order"]))
+        causes = sorted((c for c in self.root_causes if c.get("rank") is not None),
+                        key=lambda c: (kind(c), c["node"] != trigger_node, c["order"]))
         if causes:
-            best = causes[0]
-            if killed(best) or trigger_node is None or best["node"] == trigger_node:
-                return best["node"], best["rank"]
-            same = [c for c in causes if c["node"] == trigger_node]
-            if same:
-                return trigger_node, same[0]["rank"]
-        for node, rank, _message in errors:
-            if trigger_node is None or node == trigger_node:
+            return causes[0]["node"], causes[0]["rank"]
+        mine = sorted(errors, key=lambda e: ((e[0], e[1]) in echoes, e[0] != trigger_node))
+        for node, rank, _message in mine:
+            if trigger_node is None or node == trigger_node or (node, rank) not in echoes:
                 return node, rank
         return trigger_node, None
 
