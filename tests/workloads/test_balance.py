@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,13 @@ def _rank_main(rank: int, world: int, port: int, out: str) -> None:
             loss.backward()
     if rank == 0:
         torch.save({name: p.grad for name, p in model.module.named_parameters()}, out)
+    dist.barrier()  # neither rank tears down while the other still talks to it
     dist.destroy_process_group()
+    # Leave as the workloads do (agent/workloads/__main__.py exit_now): a rank was seen killed by SIGABRT in the
+    # interpreter's teardown ("terminate called without an active exception", a gloo thread still joinable).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class _nothing:
