@@ -142,6 +142,26 @@ def test_your_own_codes_straggler_from_the_node_helpers_samples():
     assert not model.sampled("n0", [RankSample(0, 100, "R", 0, 0, run_ns=10**10, wait_ns=0)], 8.0)
 
 
+def test_the_straggler_a_run_had_outlives_its_ending():
+    """A stop (or a failure) kills the ranks one by one: the slow rank's samples stop while its peers' last
+    ones look alike. Once the run began to end, the straggler it had stays named (CI: run.json's straggler
+    was null after a stop, though the run had named rank 1 a moment before)."""
+    from tui.launch.messages import RankSample
+
+    model = ProgressModel()
+    _started(model, ["n0", "n1"])
+    for tick in range(6):
+        for rank, busy in ((0, 0.25), (1, 1.0)):
+            model.sampled(f"n{rank}", [RankSample(rank, 100 + rank, "R", 0, 0, run_ns=int(tick * busy * 1e9), wait_ns=0)], float(tick))
+    named = model.snapshot.straggler
+    assert named is not None and named["rank"] == 1
+    model.settled = True
+    for tick in range(6, 20):  # the ranks die: rank 1's replacement process and an idle rank 0 look even
+        for rank in (0, 1):
+            assert not model.sampled(f"n{rank}", [RankSample(rank, 200 + rank, "S", 0, 0, run_ns=tick * 10**8, wait_ns=0)], float(tick))
+    assert model.snapshot.straggler == named
+
+
 def test_an_even_run_names_nobody_and_plain_heartbeats_change_nothing():
     model = ProgressModel()
     _started(model, ["n0", "n1"])

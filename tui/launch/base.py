@@ -146,6 +146,7 @@ class RunCore:
         """Ask the supervisor to stop every node (Ctrl-C, SIGTERM, the TUI's stop button)."""
         if self.supervisor.stop_reason is not None:
             self._abandon_reap = True  # asked twice: stop waiting for unreachable nodes
+        self.progress.settled = True  # before any rank is signalled (a bool: safe from any thread)
         self.supervisor.request_stop(reason)
 
     def post(self, message: RunnerMessage) -> None:
@@ -193,6 +194,7 @@ class RunCore:
             self.record.update_node(message.node, pgid=message.pgid, pgid_start=message.started)
         elif isinstance(message, NodeEnded):
             ending = message.ending
+            self.progress.settled = True
             self.supervisor.ended(message.node, ending)
             self.record.update_node(message.node, exit=ending.raw, exit_description=ending.describe(), ended_at=time.time())
             state = RunNodeState.EXITED if ending.ok else RunNodeState.STOPPED if not ending.failed else RunNodeState.FAILED
@@ -216,6 +218,7 @@ class RunCore:
         pid_ranks = {i.pid: r for r, i in self.progress.ranks.items() if i.pid is not None and i.node == node}
         failure = self.failures.observe(node, rank, text, shown, chatter=obj is not None and obj.get("ftwiz") not in ("error", "note"), pid_ranks=pid_ranks)
         if failure is not None:
+            self.progress.settled = True
             self.supervisor.worker_failed(WorkerFailure(failure["node"], failure["rank"], failure["local_rank"], failure["exitcode"]))
         if obj is not None:
             kind = obj.get("ftwiz")

@@ -123,6 +123,9 @@ class ProgressModel:
     """The node whose own link the pre-launch mesh found slow (the straggler decision's last rule)."""
     demand: dict[int, deque] = field(default_factory=dict)
     """Global rank → its last ``(time, pid, node, run_ns + wait_ns)`` from the node helper's samples."""
+    settled: bool = False
+    """The run began to end (a stop was asked, a node ended, a rank failed): the straggler it had while it ran
+    stays named; the ranks' last, dying steps and samples say nothing about who set the pace."""
     _history: deque = field(default_factory=lambda: deque(maxlen=30))
     _tokens_seen: deque = field(default_factory=lambda: deque(maxlen=30))
     _train_elapsed_s: Optional[float] = None
@@ -180,6 +183,8 @@ class ProgressModel:
         if compute is None and sync is None:
             return False
         self.timings.setdefault(rank, deque(maxlen=TIMING_WINDOW)).append((compute, sync))
+        if self.settled:
+            return False
         straggler = self.straggler()
         found = straggler.as_dict() if straggler is not None else None
         same = _who(found) == _who(self.snapshot.straggler)
@@ -214,7 +219,7 @@ class ProgressModel:
             if window and window[-1][1] != s.pid:
                 window.clear()  # another process holds the rank now
             window.append((now, s.pid, node, s.run_ns + s.wait_ns))
-        if self.timings:
+        if self.timings or self.settled:
             return False
         straggler = self.straggler()
         found = straggler.as_dict() if straggler is not None else None

@@ -164,6 +164,7 @@ class Run(DetachedMixin):
             if isinstance(decision, Keep):
                 self._keep(decision)
                 continue
+            self.progress.settled = True  # the run ends from here: its dying steps set no pace
             if isinstance(decision, StopAll):
                 return self._stop_all(
                     decision.reason,
