@@ -12,10 +12,16 @@ failed, 1 unexpected (``error`` line, then the traceback on stderr).
 from __future__ import annotations
 
 import argparse
-import sys
 import traceback
 
-from .dist import destroy_process_group, die_with_parent, init_process_group, ranks_from_env, register_stack_dump
+from .dist import (
+    destroy_process_group,
+    die_with_parent,
+    exit_without_teardown,
+    init_process_group,
+    ranks_from_env,
+    register_stack_dump,
+)
 from .errors import WorkloadError, report_error
 from .spec import load_spec
 
@@ -83,21 +89,13 @@ def run_spec(path: str, *, resume: str | None = None) -> int:
 def exit_now(code: int) -> None:
     """Leave without the interpreter's teardown once the rank's work and its last line are out.
 
-    A rank that trained to the end and printed ``done`` was seen killed by SIGABRT while exiting ("terminate
-    called without an active exception": a C++ thread of torch's distributed stack still joinable when its
-    static objects are destroyed) — a finished run reported as failed, under load, about one run in a few
-    hundred (tests/workloads/test_fsdp_cluster.py). Everything the rank writes is flushed and closed by then.
+    A rank that trained to the end and printed ``done`` was seen killed by SIGABRT while exiting, about one run
+    in a few hundred under load (tests/workloads/test_fsdp_cluster.py); see ``dist.exit_without_teardown``.
     """
     import logging
-    import os
 
     logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed or broken pipe: nothing more can be said anyway
-            pass
-    os._exit(code)
+    exit_without_teardown(code)
 
 
 if __name__ == "__main__":

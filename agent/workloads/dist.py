@@ -137,3 +137,20 @@ def peak_memory(backend: str) -> dict[str, int]:
     import torch
 
     return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated())} if backend == "nccl" else {}
+
+
+def exit_without_teardown(code: int) -> None:
+    """Flush stdout/stderr and leave with ``os._exit(code)``: no interpreter teardown.
+
+    A rank was seen killed by SIGABRT while exiting ("terminate called without an active exception": a C++
+    thread of torch's distributed stack still joinable when its static objects are destroyed) — a finished rank
+    reported as failed, or a peer's echo of another rank's error blamed first. Callers run what must still run
+    (``atexit`` handlers, ``logging.shutdown``) before this.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more can be said anyway
+            pass
+    os._exit(code)
+

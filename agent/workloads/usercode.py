@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import Any, Callable, Optional, TextIO
 
-from .dist import die_with_parent, register_stack_dump
+from .dist import die_with_parent, exit_without_teardown, register_stack_dump
 from .protocol import emit, format_line
 
 CODE_SUBDIR = "code"
@@ -317,12 +317,7 @@ def leave(code: int) -> None:
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         sys.exit(code)
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed or broken pipe: nothing more can be said anyway
-            pass
-    os._exit(code)
+    exit_without_teardown(code)
 
 
 if __name__ == "__main__":
