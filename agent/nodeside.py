@@ -102,16 +102,21 @@ def cmd_kill(run_id, node, grace, pgid=None, rundir=None, started=None):
     The run's processes are those that carry its tag; process group ``pgid`` is signalled as a group
     only at moments its leader is provably the launched one (:func:`group_is_runs` with ``started``).
     With ``rundir``, first leave ``<node>.stopped`` there, so whoever follows the log (another
-    controller attached to the run) learns the run was stopped on purpose, not killed.
+    controller attached to the run) learns the run was stopped on purpose, not killed. The report's
+    ``stopped_before`` says the marker was already there: another ftwiz stopped the run on this node first.
     """
     killed = {}
     rundir = os.path.expanduser(rundir) if rundir else None
+    before = False
     if rundir and os.path.isdir(rundir):
-        try:
-            with open(os.path.join(rundir, node + ".stopped"), "w") as fh:
-                fh.write("%.3f\n" % time.time())
-        except OSError:
-            pass
+        marker = os.path.join(rundir, node + ".stopped")
+        before = os.path.exists(marker)  # another ftwiz stopped this run here first (its failures are that stop's)
+        if not before:
+            try:
+                with open(marker, "w") as fh:
+                    fh.write("%.3f\n" % time.time())
+            except OSError:
+                pass
 
     def ours():
         return bool(pgid) and group_is_runs(pgid, started)
@@ -156,7 +161,7 @@ def cmd_kill(run_id, node, grace, pgid=None, rundir=None, started=None):
     remaining = sorted(targets())
     for pid, info in killed.items():
         info["gone"] = pid not in remaining
-    print(json.dumps({"killed": sorted(killed.values(), key=lambda k: k["pid"]), "remaining": remaining}))
+    print(json.dumps({"killed": sorted(killed.values(), key=lambda k: k["pid"]), "remaining": remaining, "stopped_before": before}))
     return 0
 
 

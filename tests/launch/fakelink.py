@@ -198,6 +198,8 @@ class FakeNode:
     """Frames sent right after ``P`` on ``go`` (lines logged before the test gets control)."""
     stream: Optional[FakeStream] = None
     refuse_go: bool = False
+    stopped_before: bool = False
+    """Another ftwiz's stop marker is on the node (``ftwiz --stop`` got here first): what its kill reports."""
 
     @property
     def rundir(self) -> str:
@@ -274,7 +276,7 @@ class FakeLink:
                     if node.stream is not None and node.stream.live():
                         node.stream.push("X stopped")
                         node.stream.ended = True
-                return _json({"killed": killed, "remaining": list(node.remaining)})
+                return _json({"killed": killed, "remaining": list(node.remaining), "stopped_before": node.stopped_before})
             if verb == "dump":
                 signalled = [{"pid": pid, "rank": rank} for rank, pid in sorted(node.ranks.items())] if node.running else []
                 return _json({"signalled": signalled, "py_spy": [], "no_dump": []})

@@ -213,6 +213,26 @@ def test_a_stop_request_stops_every_node_and_blames_nobody(tmp_path):
     assert {n: stored["nodes"][n]["exit"] for n in NODES} == {"a": "stopped", "b": "stopped"}
 
 
+def test_a_failure_that_an_outside_stop_caused_is_a_stop_not_a_failure(tmp_path):
+    """`ftwiz --stop` from another terminal signals node a first; a's ranks die and b's rank fails on the lost
+    peer before a's stream says "stopped". Our own stop then finds --stop's marker on a (left before any signal):
+    the run was stopped, nobody is blamed, nothing is diagnosed (CI: test_detach_then_attach_then_stop)."""
+    d = Driven(tmp_path)
+    d.launch()
+    _running(d)
+    d.fake.nodes["a"].stopped_before = True
+    b = d.fake.nodes["b"]
+    b.say("RuntimeError: Connection closed by peer [10.0.0.1]:29500", rank=1)
+    b.exit(1)
+    result = d.finished()
+    assert (result.status, result.exit_code) == (RunStatus.STOPPED, EXIT_STOPPED)
+    assert result.failed_node is None and result.failed_rank is None
+    assert result.reason.startswith("stopped from another ftwiz (ftwiz --stop) on a;"), result.reason
+    stored = d.record()
+    assert stored["status"] == "stopped" and stored["failed"] is None and not stored.get("diagnoses")
+    assert stored["stop_reason"] == result.reason
+
+
 def test_a_stop_before_go_starts_nothing_anywhere(tmp_path):
     d = Driven(tmp_path)
     run = Run(d.config, options=d.options, network_env={}, clock=d.fake.clock, start_not_before=4e9)

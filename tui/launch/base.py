@@ -83,6 +83,8 @@ class RunCore:
         self._observer_lock = threading.Lock()
         self._runners: dict[str, NodeRunner] = {}
         self._abandon_reap = False
+        #: Nodes whose kill found another ftwiz's stop marker there first (``ftwiz --stop`` raced our own stop).
+        self.stopped_first_on: list[str] = []
         self._finished: Optional[RunResult] = None
         self.failures = FailureTracker(n.name for n in config.nodes)
         self._node_state: dict[str, RunNodeState] = {}

@@ -49,6 +49,8 @@ class StopMixin(RunCore):
                     self._note(f"{name}: could not reach it to stop the run ({explain(exc)}); will retry", "warn")
                     continue
                 self._record_kill(name, report)
+                if report.get("stopped_before"):
+                    self.stopped_first_on.append(name)
                 if report.get("remaining"):
                     leftovers[name] = report["remaining"]
         failed += list(pending)
@@ -84,6 +86,13 @@ class StopMixin(RunCore):
         for name in unreachable:
             self._set_state(name, RunNodeState.UNREACHABLE, "will be reaped when it answers")
         leftovers, failed = self._kill_everywhere(reachable)
+        if status is RunStatus.FAILED and self.stopped_first_on:
+            # `ftwiz --stop` from elsewhere reached these nodes before our own stop: the "failure" we saw was
+            # its SIGTERMs arriving at the ranks (the marker it left is written before any signal).
+            reason = f"stopped from another ftwiz (ftwiz --stop) on {', '.join(sorted(self.stopped_first_on))}; we saw its effect first: {reason}"
+            status = RunStatus.STOPPED
+            self.record.update(stop_reason=reason, save=False)
+            self._note(reason, "warn")
         to_reap = list(unreachable) + failed
         self.record.update(stopped_reachable_s=self.clock() - stop_started)
         # Let the streams of the stopped nodes end, so the last lines (torchrun's summary) are in.
