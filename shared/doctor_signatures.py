@@ -88,11 +88,21 @@ class Signature:
     """A fix for this line in particular (else the cause's fix in :data:`FIXES`)."""
     until: re.Pattern[str] | None = None
     """For a wait or a retry: a later line of the same log that says it succeeded (the line is then no evidence)."""
+    needs: re.Pattern[str] | None = None
+    """For a line that is only a warning unless the run then dies of it: a later line of the same log that shows
+    the death (without one the line is no evidence)."""
 
 
-def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False, fix: str = "", until: str = "") -> Signature:
+def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False, fix: str = "", until: str = "",
+         needs: str = "") -> Signature:
     return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source, fix,
-                     re.compile(until, re.IGNORECASE) if until else None)
+                     re.compile(until, re.IGNORECASE) if until else None, re.compile(needs) if needs else None)
+
+
+#: The process died without an exception of its own: a glog/absl FATAL line (``F0105 11:48:25.52 123 file.cc:65]``,
+#: TensorFlow's ``2020-12-01 15:51:57.87: F tensorflow/...cc:49]``), an abort or a crash of the interpreter.
+_PROCESS_DIED = (r"(?:^|[\s\[:>])F(?:\d{3,4} [\d:.]+(?: +\d+)?)? (?:\S+/)?[\w.-]+\.\w+:\d+\]|Aborted \(core dumped\)|"
+                 r"Segmentation fault|Fatal Python error")
 
 
 _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torch has no NCCL): use the gloo backend there — "
@@ -204,9 +214,24 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("version.skew", r"undefined symbol: |hipErrorNoBinaryForGpu|Cannot retrieve Static function, error: 218|"
          r"CUDA Setup failed despite GPU being available|Required library version not found: libbitsandbytes|"
          r"compiled without GPU support|Torch not compiled with CUDA enabled|is not compatible with the current PyTorch installation|"
-         r"invalid device function|cannot open shared object file|version `GLIBC_[\d.]+' not found|"
+         r"invalid device function|version `GLIBC_[\d.]+' not found|"
          r"requires? (?:torch|transformers|accelerate|deepspeed|peft|trl|bitsandbytes)\s*>=\s*\d", 8,
          "facebookresearch/bitsandbytes#21, bitsandbytes-foundation/bitsandbytes#1522, #138, ROCm/rocm-systems#2805"),
+    # A shared library that is missing: the run fails on it when importing it raises, or the dynamic linker refuses to
+    # start a binary without it.
+    _sig("version.skew", r"(?-i:\b[A-Z]\w*(?:Error|Exception)):.*cannot open shared object file|error while loading shared libraries", 8,
+         "shouxieai/tensorRT_Pro#171, whyisyoung/CADE#2, pinokiocomputer/pinokio#193, torchsmoke/Python3-Wheels#5 "
+         "(ImportError/OSError: libcudnn/libnccl/libmpi .so: cannot open shared object file)"),
+    # The same library only reported as not loadable (TensorFlow's W-level dso_loader lines, cuDNN's 'Could not load
+    # library'): frameworks probe optional libraries (TensorRT, cudart on a CPU host) and go on. Evidence only when the
+    # process then dies without an exception of its own.
+    _sig("version.skew", r"Could not load (?:dynamic )?library|cannot open shared object file|Cannot dlopen", 7,
+         "ClickHouse/ClickHouse#49813, yekaizhou/duet#9, deepspeedai/DeepSpeed#1018 (W-level dso_loader lines in runs that "
+         "worked); the brief of round 3 (a missing library is the cause when the run then dies of it)", needs=_PROCESS_DIED),
+    # cuDNN missing, too old for the build or the driver (TensorFlow's and JAX's words)
+    _sig("version.skew", r"Possibly insufficient driver version|DNN library is not found|"
+         r"Loaded runtime CuDNN library: \S+ but source was compiled with", 8,
+         "leondgarse/Keras_insightface#130, google-research/multinerf#14, apapiu/guided-diffusion-keras#8"),
     # ROCm's rocBLAS without Tensile kernels for this GPU's architecture (an unsupported or overridden gfx target)
     _sig("version.skew", r"rocBLAS error: Cannot read \S.*TensileLibrary\w*\.dat|Could not initialize Tensile host", 8,
          "ROCm/rocBLAS#1339, brknsoul/ROCmLibs#4, githubcto/FramePack-ZLUDA#4"),

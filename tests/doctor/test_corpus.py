@@ -21,12 +21,13 @@ def scored():
     return score(load_corpus())
 
 
-#: The issue asks for 85 % and no healthy false alarm. Measured when the third round stopped (corpus_a/b/c/d of
-#: 2026-11-24: corpus_d added 61 threads, 40 of them healthy logs; 151 fair held-out failures, 41 held-out healthy
-#: logs): 130/151 = 86.1 %, 1 wrong cause (0.7 %), 2 of the 41 held-out healthy logs diagnosed (the round before:
-#: 120/141, 1 of 29). These floors keep that from regressing; the held-out healthy false alarms are the open work
-#: (never by tuning on the held-out set: its misses were not read).
-HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.85, 0.03, 2
+#: The issue asks for 85 % and no healthy false alarm. Measured once when the fourth round stopped (corpus_a-e of
+#: 2026-11-25: corpus_e added 50 threads, 40 of them healthy logs with TensorFlow's library warnings and exceptions
+#: Python ignored at shutdown; 154 fair held-out failures, 61 held-out healthy logs): 133/154 = 86.4 %, 1 wrong cause
+#: (0.6 %), 1 of the 61 held-out healthy logs diagnosed (old held-out cases: 130/151, 1 of 41 healthy, was 2 of 41;
+#: new ones: 3/3, 0 of 20). These floors keep that from regressing; the last held-out healthy false alarm is the
+#: open work (never by tuning on the held-out set: its misses were not read).
+HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.85, 0.03, 1
 
 
 @pytest.mark.merged_corpus

@@ -120,6 +120,61 @@ def test_a_wait_in_the_store_barrier_that_completed_is_no_evidence(tmp_path):
     assert [d.cause for d in diagnose_files([stuck])] == ["rendezvous"]
 
 
+def test_a_library_only_warned_about_is_no_evidence_unless_the_process_then_dies(tmp_path):
+    """TensorFlow probes optional libraries (TensorRT, cudart on a CPU host) and says so at W level; cuDNN prints
+    'Could not load library'. The run goes on. The same line is the cause when the process then dies of it (a FATAL
+    line, an abort); an ImportError/OSError on a missing library is the run failing on it."""
+    warned = [
+        "2023-05-12 05:26:28.924714: W tensorflow/compiler/xla/stream_executor/platform/default/dso_loader.cc:64] Could not "
+        "load dynamic library 'libnvinfer.so.7'; dlerror: libnvinfer.so.7: cannot open shared object file: No such file or directory",
+        "2023-05-12 05:26:28.924774: W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: Cannot dlopen some "
+        "TensorRT libraries.",
+        "Could not load library libnvrtc.so.11.2. Error: libnvrtc.so.11.2: cannot open shared object file: No such file or directory",
+        "Epoch 0:   0%|  | 2/2500 [00:04<1:36:38,  0.43it/s, loss=1.540, lr=0.000]",
+    ]
+    assert diagnose_files([_write(tmp_path, "fine.log", warned)]) == []
+    died = diagnose_files([_write(tmp_path, "died.log", [*warned, "2023-05-12 05:26:31.871503: F tensorflow/compiler/"
+                                                         "tf2tensorrt/stub/nvinfer_stub.cc:49] getInferLibVersion symbol not found.",
+                                                         "Aborted (core dumped)"])])
+    assert [d.cause for d in died][:1] == ["version.skew"] and "libnvinfer.so.7" in died[0].evidence[0].text
+    failed = diagnose_files([_write(tmp_path, "import.log", [
+        "Traceback (most recent call last):",
+        '  File "/app/app.py", line 6, in <module>',
+        "    import torch",
+        "ImportError: libnccl.so.2: cannot open shared object file: No such file or directory",
+    ])])
+    assert [d.cause for d in failed] == ["version.skew"]
+
+
+def test_an_exception_python_ignored_at_shutdown_is_no_evidence(tmp_path):
+    """'Exception ignored in: <function X.__del__>' and an atexit handler's traceback: Python printed them and went on
+    (a DataLoader iterator or a logger torn down after the work was done). A real failure in the same log still speaks."""
+    ignored = [
+        "Epochs 5/15. Running Loss: 0.0001: 100%",
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f4972feac10>",
+        "Traceback (most recent call last):",
+        '  File "/env/lib/python3.8/site-packages/torch/utils/data/dataloader.py", line 1328, in __del__',
+        '  File "/env/lib/python3.8/site-packages/torch/utils/data/dataloader.py", line 1262, in _shutdown_workers',
+        "AttributeError: 'NoneType' object has no attribute 'python_exit_status'",
+        "Error in atexit._run_exitfuncs:",
+        "Traceback (most recent call last):",
+        '  File "/env/lib/python3.7/site-packages/wandb/lib/redirect.py", line 161, in _redirect',
+        "    fp.close()",
+        "AttributeError: 'TeeHandler' object has no attribute 'close'",
+        "Exception ignored in: <function WeakValueDictionary.__init__.<locals>.remove at 0x7f34966fc9d8>",
+        "TypeError: 'NoneType' object is not callable",
+    ]
+    assert diagnose_files([_write(tmp_path, "node0.log", ignored)]) == []
+    crashed = diagnose_files([_write(tmp_path, "node1.log", [
+        "Traceback (most recent call last):",
+        '  File "/work/train.py", line 12, in <module>',
+        "    loss = model(batch)",
+        "ValueError: shapes (3,) and (4,) not aligned",
+        *ignored[1:],
+    ])])
+    assert [d.cause for d in crashed] == ["code.error"] and "train.py:12" in crashed[0].explanation
+
+
 def _killed_run(tmp_path: Path, **record_extra) -> tuple[Path, dict]:
     run = tmp_path / "run"
     run.mkdir(parents=True)

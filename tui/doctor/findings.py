@@ -8,13 +8,15 @@ the kernel say more. ftwiz's own node-side error lines (the protocol's ``{"ftwiz
 ``ftwiz: error (rank N): ...``, written by the workloads and the user-code runner) are read for what
 they say: a signature in the message speaks; a dataset problem is ``data.invalid``, a missing module or
 package ``version.skew``, anything else (a script not found, an unreadable code dir) ``code.error``
-naming the file, with the message's own fix.
+naming the file, with the message's own fix. An exception Python printed and then ignored (``Exception ignored
+in: ...`` from a ``__del__`` or an atexit handler at shutdown) is no evidence: the run went on, or had ended.
+A signature with ``needs`` (a library that could not be loaded) counts only when the process then died.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shared.doctor_signatures import Signature, is_normal, match_line
@@ -23,7 +25,7 @@ from shared.torchrun_failures import summary_exit, worker_failed
 from .logs import protocol
 from .model import Finding, ReadLine
 
-__all__ = ["find"]
+__all__ = ["find", "ignored_exception_lines"]
 
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
 _EXC_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)|[A-Za-z_][\w.]*Error\b)(?::\s?(?P<msg>.*))?$")
@@ -37,6 +39,10 @@ _PACKAGE_RE = re.compile(r"No module named|ModuleNotFoundError|ImportError|is no
 _FTWIZ_SOURCE = "agent/workloads/errors.py, agent/workloads/usercode.py (ftwiz's node-side error lines)"
 _SIGNAL_SOURCE = "https://github.com/pytorch/pytorch/issues/76287 (torchrun: 'failed (exitcode: -9)' for a SIGKILLed worker)"
 
+
+#: Python's words for an exception it printed and then ignored: raised in a ``__del__``, a weakref callback, a
+#: thread's excepthook or an atexit handler (``Error in atexit._run_exitfuncs:`` before Python 3.12).
+_IGNORED_RE = re.compile(r"^(?:Exception ignored\b|Error in atexit\._run_exitfuncs:)")
 
 #: IPython/Jupyter's traceback: ``ValueError      Traceback (most recent call last)``, ``Cell In[8], line 1``,
 #: ``File ~/x.py:47, in f()``, code lines ``----> 1 f()`` / ``     36 x = 1``.
@@ -54,9 +60,12 @@ class _Traceback:
 
 def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], int] | None = None) -> list[Finding]:
     """Every finding in ``lines`` (one per matching line; a traceback is one finding)."""
+    lines = list(lines)
+    ignored = ignored_exception_lines(lines)
     findings: list[Finding] = []
     open_tb: dict[tuple[str, int | None], _Traceback] = {}
     waiting: dict[str, list[tuple[Finding, Signature]]] = {}  # per file: waits and retries not yet seen to succeed
+    pending: dict[str, list[tuple[Finding, Signature]]] = {}  # per file: warnings that count once the process dies
     for line in lines:
         stream = (line.file, line.rank)
         text = line.text
@@ -64,6 +73,12 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
             if sig.until is not None and sig.until.search(text):  # the wait ended well: that line was no evidence
                 findings.remove(wait)
                 waiting[line.file].remove((wait, sig))
+        for warned, sig in list(pending.get(line.file, ())):
+            if sig.needs is not None and sig.needs.search(text):  # the process died after the warning: now it is evidence
+                findings.append(warned)
+                pending[line.file].remove((warned, sig))
+        if line.order in ignored:
+            continue
         if text.startswith("Traceback (most recent call last):") or _IPY_HEAD_RE.match(text):
             open_tb[stream] = _Traceback(line, ipython=not text.startswith("Traceback"))
             continue
@@ -106,10 +121,49 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
             summary = summary_exit(text) if sig.cause == "oom.host" else None
             killed_pid = summary.pid if summary is not None and summary.exitcode == -9 else None
             detail = f"pid {killed_pid} was killed by SIGKILL" if killed_pid is not None else ""  # torchrun's summary: checked like a kill line
-            findings.append(Finding(sig.cause, sig.weight, sig.echo, line, detail=detail, source=sig.source, fix=sig.fix))
+            finding = Finding(sig.cause, sig.weight, sig.echo, line, detail=detail, source=sig.source, fix=sig.fix)
+            if sig.needs is not None:
+                pending.setdefault(line.file, []).append((finding, sig))
+                continue
+            findings.append(finding)
             if sig.until is not None:
-                waiting.setdefault(line.file, []).append((findings[-1], sig))
+                waiting.setdefault(line.file, []).append((finding, sig))
     return findings
+
+
+def ignored_exception_lines(lines: Sequence[ReadLine]) -> set[int]:
+    """The ``order`` of every line of an exception report that Python printed and then ignored.
+
+    ``Exception ignored in: <function X.__del__ ...>`` (or ``Error in atexit._run_exitfuncs:``), then the traceback
+    that follows it on the same stream (frames, indented code lines) and its exception line. The exception did not
+    stop the program: a destructor or an exit handler failing at interpreter shutdown, after the work was done.
+    """
+    out: set[int] = set()
+    state: dict[tuple[str, int | None], str] = {}  # per stream: "header" after the words, "traceback" inside one
+    for line in lines:
+        stream = (line.file, line.rank)
+        text = line.text
+        if _IGNORED_RE.match(text.lstrip()):
+            state[stream] = "header"
+            out.add(line.order)
+            continue
+        where = state.get(stream)
+        if where is None:
+            continue
+        stripped = text.strip()
+        if not stripped:
+            continue
+        if where == "header" and text.startswith("Traceback (most recent call last):"):
+            state[stream] = "traceback"
+            out.add(line.order)
+        elif where == "traceback" and (text.startswith((" ", "\t")) or stripped.startswith(("^", "~"))):
+            out.add(line.order)
+        elif _EXC_RE.match(stripped):
+            out.add(line.order)
+            del state[stream]
+        else:
+            del state[stream]
+    return out
 
 
 def _ftwiz_error(line: ReadLine) -> Finding | None:
