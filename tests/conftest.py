@@ -7,8 +7,29 @@ The namespace-cluster fixtures (``cluster3``, ``make_cluster``, ``cluster_suppor
 import os
 import tempfile
 
+import pytest
+
 pytest_plugins = ["tests.cluster.fixtures"]
 
 # Every run record a test creates is added to the per-user run index (tui.runs.index): keep it out of the
 # real home, one state directory per test session (subprocesses inherit it).
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="ftwiz-test-state-")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest work first, so two xdist workers finish together instead of one idling through a long tail.
+
+    Tests kept on one worker (an ``xdist_group``: a Slurm cluster's fixed ports, a module fixture that builds a
+    cluster or runs every induced failure once) go first, then the namespace-cluster and torchrun tests, then the
+    fast ones, which fill the gaps at the end. A stable sort: within each kind, the order is the files' own.
+    """
+
+    def weight(item: pytest.Item) -> int:
+        if item.get_closest_marker("xdist_group") is not None:
+            return 0
+        if item.get_closest_marker("cluster") is not None or item.get_closest_marker("slow") is not None:
+            return 1
+        return 2
+
+    items.sort(key=weight)

@@ -20,6 +20,8 @@ from tui.cli import main as ftwiz_main
 from tui.doctor import Diagnosis, diagnose_files
 
 PORT = 29400
+# One worker runs every scenario once (the module fixture); split over two, each ran all of them (~2 min each).
+pytestmark = pytest.mark.xdist_group("induced")
 
 
 def _require() -> None:

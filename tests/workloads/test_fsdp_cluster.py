@@ -25,7 +25,7 @@ import pytest
 from tui.launch import commands
 from tui.runs.record import latest_run_id
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp_cluster")]  # one worker builds small_assets once
 
 PACKAGE_SOURCE = Path(__file__).resolve().parents[2] / "agent" / "workloads"
 
