@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import io
 
+from shared.logprefix import split_rank
 from tui.launch.commands import HeadlessPrinter
-from tui.launch.events import LogLine, RunNodeState, NodeStateChanged, ProgressChanged, RunFinished, RunNote, RunResult
-from tui.launch.progress import ProgressModel, format_progress, parse_protocol, split_rank
+from tui.launch.events import LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNodeState, RunNote, RunResult
+from tui.launch.progress import ProgressModel, format_progress, parse_protocol
 
 
 def _line(node: str, rank, text: str, received: float) -> LogLine:

@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from shared.doctor_signatures import is_normal
+from shared.logprefix import split_node_line, split_rank
 
 from .model import ReadLine
 
 __all__ = ["NotARegularFile", "kept_lines", "node_of_file", "open_regular", "parse_time", "read_log", "read_logs"]
 
-_FTWIZ_PREFIX = re.compile(r"^(?P<node>[A-Za-z0-9._-]+)/(?P<rank>-|\d+) \| ?(?P<text>.*)$")
-_RANK_PREFIX = re.compile(r"^(?:\[\d+\] )?\[(?:rank|default)(?P<rank>\d+)\]: ?(?P<text>.*)$")
 _GLOG = re.compile(r"(?:^|[\s\[])[EWIF](?P<mo>\d{2})(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?")
 _ISO = re.compile(r"(?P<y>20\d{2})-(?P<mo>\d{2})-(?P<d>\d{2})[ T_](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:[.,](?P<f>\d{1,9}))?")
 _PROTOCOL_TIME = re.compile(r'"time"\s*:\s*(?P<t>\d{9,11}(?:\.\d+)?)')
@@ -244,13 +243,12 @@ def read_logs(paths: Iterable[Path]) -> list[ReadLine]:
 
 def _split(full: str, default_node: str | None) -> tuple[str | None, int | None, str]:
     node, rank, text = default_node, None, full
-    match = _FTWIZ_PREFIX.match(full)
-    if match:
-        node, text = match.group("node"), match.group("text")
-        rank = None if match.group("rank") == "-" else int(match.group("rank"))
-    inner = _RANK_PREFIX.match(text)
-    if inner:
-        rank, text = int(inner.group("rank")), inner.group("text")
+    ours = split_node_line(full)
+    if ours is not None:
+        node, rank, text = ours
+    inner, rest = split_rank(text)
+    if inner is not None:
+        rank, text = inner, rest
     return node, rank, text
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from shared.codepaths import CodePathMap
 from shared.config import FtwizConfig
+from shared.logprefix import node_line, split_rank
 from shared.redact import redact, secret_values
 from tui.launch.events import (
     Event,
@@ -45,7 +46,7 @@ from tui.launch.messages import (
 )
 from tui.launch.options import RunOptions
 from tui.launch.plan import NodePlan
-from tui.launch.progress import ProgressModel, ProgressSnapshot, parse_protocol, split_rank
+from tui.launch.progress import ProgressModel, ProgressSnapshot, parse_protocol
 from tui.launch.runner import NodeRunner
 from tui.launch.supervisor import Supervisor, Timing, WorkerFailure
 from tui.launch.support import explain
@@ -211,10 +212,10 @@ class RunCore:
     def _on_line(self, node: str, raw: str) -> None:
         rank, text = split_rank(redact(raw, self._secrets))
         prefix = f"{node}/{'-' if rank is None else rank}"
-        for line in self._bars.feed(prefix, f"{prefix} | {text}", text):  # a tqdm bar: one line per bar, not per update
+        for line in self._bars.feed(prefix, node_line(node, rank, text), text):  # a tqdm bar: one line per bar, not per update
             self.record.log(node, line)  # the log keeps what the node said; what is shown names the user's files
         text = self._code_paths().map(text)
-        shown = f"{prefix} | {text}"
+        shown = node_line(node, rank, text)
         obj = parse_protocol(text)
         # Protocol chatter (heartbeats, progress) would push the useful lines out of the tail.
         pid_ranks = {i.pid: r for r, i in self.progress.ranks.items() if i.pid is not None and i.node == node}

@@ -16,6 +16,7 @@ import threading
 from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
+from shared.logprefix import node_line
 from tui.codeship import discard_prebuilt, prebuild, resolve_code_dir
 from tui.doctor.hook import WHY_PREFIX
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -75,7 +76,7 @@ class HeadlessPrinter:
                         self._first_error = f"{event.prefix}: {message}"
                 # the rest is summarised as progress
                 return
-            for line in self._bars.feed(event.prefix, f"{event.prefix} | {event.text}", event.text):
+            for line in self._bars.feed(event.prefix, node_line(event.node, event.rank, event.text), event.text):
                 print(line, file=self.out, flush=True)
         elif isinstance(event, ProgressChanged):
             line = format_progress(event.progress)

@@ -61,7 +61,7 @@ class LogLine:
 
     @property
     def prefix(self) -> str:
-        """``node/rank`` (``node/-`` for torchrun's own lines)."""
+        """``node/rank`` (``node/-`` for torchrun's own lines): the key of ``shared.logprefix.node_line``."""
         return f"{self.node}/{'-' if self.rank is None else self.rank}"
 
 

@@ -2,14 +2,13 @@
 
 Workers print one JSON object per line with an ``"ftwiz"`` kind (``started``, ``progress``,
 ``heartbeat``, ``allreduce``, ``checkpoint``, ``done``, ``error``); torchrun prefixes each worker
-line with ``[rank<N>]:``. :func:`split_rank` strips the prefix, :func:`parse_protocol` decodes the
+line with ``[rank<N>]:`` (:func:`shared.logprefix.split_rank` strips it), :func:`parse_protocol` decodes the
 object, and :class:`ProgressModel` folds them into a :class:`ProgressSnapshot`. It also remembers
 when each rank last *moved* (a progress or heartbeat line), which the stall detector reads.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -19,12 +18,11 @@ from shared.protocol import parse_line
 from shared.straggler import RankBusy, RankTiming, name_busy_straggler, name_straggler
 from tui.launch.trainer_output import parse_trainer_line
 
-__all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "split_rank", "format_progress"]
+__all__ = ["ProgressModel", "ProgressSnapshot", "parse_protocol", "format_progress"]
 
 #: Shortest span of TRL ``num_tokens`` records that gives a tokens/s figure (the training bar's elapsed
 #: time has whole-second resolution: one second is the least it can say).
 _TOKEN_WINDOW_MIN_S = 1.0
-_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
 #: Steps of each rank's timings the straggler decision looks at (means: a CPU quota or a shared GPU slows a
 #: rank in bursts, a few steps of each window, so a median would miss it).
 TIMING_WINDOW = 8
@@ -34,14 +32,6 @@ TIMING_MIN_STEPS = 3
 #: reports no timings of its own, and the fewest that count.
 BUSY_WINDOW = 8
 BUSY_MIN_SAMPLES = 4
-
-
-def split_rank(line: str) -> tuple[Optional[int], str]:
-    """``"[rank3]:text"`` → ``(3, "text")``; a line without the prefix → ``(None, line)``."""
-    match = _RANK_PREFIX.match(line)
-    if not match:
-        return None, line
-    return int(match.group(1)), line[match.end():]
 
 
 def parse_protocol(text: str) -> Optional[dict[str, Any]]:
