@@ -110,9 +110,9 @@ def test_the_launch_takes_what_the_checklist_approved_and_estimates_nothing(tmp_
     approved = {n: {"NCCL_SOCKET_IFNAME": "=approved0", "GLOO_SOCKET_IFNAME": "approved0", "NCCL_IB_DISABLE": "1"} for n in NODES}
     checked = SimpleNamespace(results=[], sync=None, network_env=approved, sharding=("fsdp", "auto: as the checklist decided"))
     prepared, note = new_run(config, options=Driven(tmp_path).options, reports=reports, resume=False, checked=checked)
-    assert note is None and prepared.network_env is approved and prepared.sharding == checked.sharding
+    assert note is None and prepared.launcher.network_env is approved and prepared.launcher.sharding == checked.sharding
     prepared.record.close()
-    d = _launch_and_finish(tmp_path, config, reports=reports, network_env=prepared.network_env, sharding=prepared.sharding)
+    d = _launch_and_finish(tmp_path, config, reports=reports, network_env=prepared.launcher.network_env, sharding=prepared.launcher.sharding)
     assert counted["choose_sharding"] == 0 and counted["resolve_interfaces"] == 0, "nothing the checklist decided is decided again"
     for node in NODES:
         files = d.fake.nodes[node].files or {}

@@ -82,8 +82,8 @@ class RunCore:
         self._outbox: "queue.Queue[RunnerMessage]" = queue.Queue()
         self._observers: list[Observer] = []
         self._observer_lock = threading.Lock()
-        self._runners: dict[str, NodeRunner] = {}
-        self._abandon_reap = False
+        self.runners: dict[str, NodeRunner] = {}
+        self.abandon_reap = False
         #: Nodes whose kill found another ftwiz's stop marker there first (``ftwiz --stop`` raced our own stop).
         self.stopped_first_on: list[str] = []
         self._finished: Optional[RunResult] = None
@@ -131,12 +131,12 @@ class RunCore:
             except Exception as exc:  # a broken observer must not take supervision down
                 print(f"ftwiz: an event observer failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
-    def _note(self, text: str, level: str = "info") -> None:
+    def note(self, text: str, level: str = "info") -> None:
         text = redact(text, self._secrets)
         self.record.note(text, level)
         self._emit(RunNote(text, level))
 
-    def _set_state(self, node: str, state: RunNodeState, detail: str = "") -> None:
+    def set_state(self, node: str, state: RunNodeState, detail: str = "") -> None:
         if self._node_state.get(node) == state and not detail:
             return
         self._node_state[node] = state
@@ -148,7 +148,7 @@ class RunCore:
     def request_stop(self, reason: str = "stopped by the user") -> None:
         """Ask the supervisor to stop every node (Ctrl-C, SIGTERM, the TUI's stop button)."""
         if self.supervisor.stop_reason is not None:
-            self._abandon_reap = True  # asked twice: stop waiting for unreachable nodes
+            self.abandon_reap = True  # asked twice: stop waiting for unreachable nodes
         self.progress.settled = True  # before any rank is signalled (a bool: safe from any thread)
         self.supervisor.request_stop(reason)
 
@@ -172,7 +172,7 @@ class RunCore:
 
     # ------------------------------------------------------------------ runner messages
 
-    def _pump(self, timeout: float) -> None:
+    def pump(self, timeout: float) -> None:
         """Apply what the runners posted (waiting at most ``timeout`` for the first message)."""
         try:
             message = self._outbox.get(timeout=timeout)
@@ -201,11 +201,11 @@ class RunCore:
             self.supervisor.ended(message.node, ending)
             self.record.update_node(message.node, exit=ending.raw, exit_description=ending.describe(), ended_at=time.time())
             state = RunNodeState.EXITED if ending.ok else RunNodeState.STOPPED if not ending.failed else RunNodeState.FAILED
-            self._set_state(message.node, state, ending.describe())
+            self.set_state(message.node, state, ending.describe())
         elif isinstance(message, NodeLost):
-            self._set_state(message.node, RunNodeState.RECONNECTING, message.reason)
+            self.set_state(message.node, RunNodeState.RECONNECTING, message.reason)
         elif isinstance(message, BackendNote):
-            self._note(message.text, message.level)
+            self.note(message.text, message.level)
         elif isinstance(message, AllocationEnded):
             self.supervisor.allocation_ended(message.reason)
 
@@ -261,14 +261,14 @@ class RunCore:
 
     # ------------------------------------------------------------------ runners
 
-    def _new_runner(self, name: str) -> NodeRunner:
+    def new_runner(self, name: str) -> NodeRunner:
         node = next(n for n in self.config.nodes if n.name == name)
         transport = {"link_factory": self.options.link_factory} if self.options.link_factory is not None else {}
         runner = NodeRunner(node, self.config.cluster, self.run_id, self._outbox, tick_s=self.options.tick_s, clock=self.clock, **transport).start()
-        self._runners[name] = runner
+        self.runners[name] = runner
         return runner
 
-    def _collect(self, futures: Mapping[str, Future], timeout: float) -> dict[str, str]:
+    def collect(self, futures: Mapping[str, Future], timeout: float) -> dict[str, str]:
         problems: dict[str, str] = {}
         deadline = self.clock() + timeout
         for name, future in futures.items():
@@ -276,14 +276,14 @@ class RunCore:
                 future.result(timeout=max(0.1, deadline - self.clock()))
             except Exception as exc:
                 problems[name] = explain(exc)
-                self._set_state(name, RunNodeState.FAILED, problems[name])
+                self.set_state(name, RunNodeState.FAILED, problems[name])
         return problems
 
-    def _close_runners(self) -> None:
-        for runner in self._runners.values():
+    def close_runners(self) -> None:
+        for runner in self.runners.values():
             runner.close()
         deadline = self.clock() + 5.0  # a runner stuck on a dead link is a daemon thread: let it go
-        for runner in self._runners.values():
+        for runner in self.runners.values():
             runner.join(max(0.0, deadline - self.clock()))
 
     # ------------------------------------------------------------------ the end
@@ -295,9 +295,9 @@ class RunCore:
         diagnoses, versions, first = diagnose_finished_run(self.record.dir, self.record.data, self.config, self.reports)
         self.record.update(diagnoses=diagnoses, versions=versions, save=False)
         if first:
-            self._note(first, "error")
+            self.note(first, "error")
 
-    def _finish(self, result: RunResult, *, save: bool = True) -> RunResult:
+    def finish(self, result: RunResult, *, save: bool = True) -> RunResult:
         """Record ``result`` (unless ``save`` is false: a record that must stay as it was), close, tell."""
         self._finished = result
         for line in self._bars.flush():  # held tqdm updates go to their node's log ("node/rank | ...")
@@ -326,7 +326,7 @@ class RunCore:
             if result.status == RunStatus.FAILED:
                 self._diagnose()
             self.record.save()
-        self._close_runners()
+        self.close_runners()
         self.record.close()
         self._emit(RunFinished(result))
         return result

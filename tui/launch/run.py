@@ -13,9 +13,11 @@ Use from code (the TUI does the same from a ``@work(thread=True)`` worker)::
 
 This module is the driver: a loop that applies the runners' messages, asks the decision core
 (:class:`tui.launch.supervisor.Supervisor`: which node or rank to blame, one node silent vs. all,
-the grace on return, stall and hang windows, when the run is over) what to do, and does it. The
-launch (:mod:`tui.launch.launching`), the stop sequence (:mod:`tui.launch.stopping`) and detached
-runs (:mod:`tui.launch.detached`) are its other parts; shared state is :class:`tui.launch.base.RunCore`.
+the grace on return, stall and hang windows, when the run is over) what to do, and does it. It is
+composed of parts over one shared state (:class:`tui.launch.base.RunCore`: record, runners, progress,
+supervisor, observers): the launch (:class:`tui.launch.launching.Launcher`), the stop sequence
+(:class:`tui.launch.stopping.StopSequence`) and detached runs (:class:`tui.launch.detached.Reattach`);
+the transport is the runners' (``RunOptions.link_factory``).
 
 Stop-all triggers: a node's torchrun ends non-zero; a node goes silent while another still
 answers; a stall (no progress or heartbeat for ``job.stall_timeout_s``); before the first step, a
@@ -35,10 +37,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from shared.config import FtwizConfig
 from tui.exitcodes import EXIT_OK
-from tui.launch.detached import DetachedMixin
+from tui.launch.base import RunCore
+from tui.launch.detached import Reattach
 from tui.launch.events import RunNodeState, RunResult
+from tui.launch.launching import Launcher
 from tui.launch.launchplan import LaunchPlan, Sharding
 from tui.launch.options import LaunchError, RunOptions
+from tui.launch.stopping import StopSequence
 from tui.launch.supervisor import Detach, Keep, StallFound, StopAll, Succeed
 from tui.runs.record import RunRecord, new_run_id, runs_dir
 from tui.runs.status import RunStatus
@@ -46,7 +51,7 @@ from tui.runs.status import RunStatus
 __all__ = ["LaunchError", "Run", "RunOptions"]
 
 
-class Run(DetachedMixin):
+class Run(RunCore):
     """One run on every node of ``config`` (see the module docstring)."""
 
     def __init__(
@@ -82,20 +87,31 @@ class Run(DetachedMixin):
             )
         super().__init__(config, record, options=options, reports=reports, clock=clock)
         if record.index_problem:
-            self._note(record.index_problem, "warn")
-        #: The interface environment and the sharding the checklist approved; None: planned once, at launch.
-        self.network_env = network_env
-        self.sharding = sharding
-        #: Every decision of the launch, made once (:class:`~tui.launch.launchplan.LaunchPlan`); None until launched.
-        self.launch_plan: Optional[LaunchPlan] = None
-        self.resume = record.model.resume
-        self.output_dir = record.model.output_dir or config.job.output_dir
-        #: Unix time before which torchrun must not start (the checklist's test listener still holds
-        #: the rendezvous port on the master until then); the nodes are prepared meanwhile.
-        self.start_not_before = start_not_before
+            self.note(record.index_problem, "warn")
+        self.stop = StopSequence(self)
+        self.launcher = Launcher(self, self.stop, network_env=network_env, sharding=sharding, start_not_before=start_not_before)
+        self.reattach = Reattach(self, self.stop)
         self._reconnects: dict[str, Future] = {}
         if options.on_run is not None:
             options.on_run(self)
+
+    def launch(self) -> None:
+        """Connect to every node, copy the job, start torchrun everywhere (:meth:`Launcher.launch`).
+
+        Raises :class:`LaunchError` naming each node that failed, with its fix; in that case nothing of
+        this run is left running anywhere (nodes that had started are stopped again).
+        """
+        self.launcher.launch()
+
+    @property
+    def launch_plan(self) -> Optional[LaunchPlan]:
+        """Every decision of the launch, made once; None until launched."""
+        return self.launcher.launch_plan
+
+    @property
+    def resume(self) -> bool:
+        """Whether this run resumes from a checkpoint (its record says)."""
+        return self.launcher.resume
 
     def keep_checklist(self, results: Sequence[Any], sync: Optional[Any]) -> None:
         """Keep the checklist this launch follows in ``run.json`` (rows, the gradient-sync forecast) and show
@@ -122,7 +138,7 @@ class Run(DetachedMixin):
         """
         options = options or RunOptions()
         run = cls(config, options=options, record=RunRecord.open(runs_dir(options.runs_dir), run_id))
-        run._attach_nodes()
+        run.reattach.attach_nodes()
         return run
 
     @classmethod
@@ -130,7 +146,7 @@ class Run(DetachedMixin):
         """Stop a run on every node without attaching (``ftwiz --stop``); returns what was killed where."""
         options = options or RunOptions()
         run = cls(config, options=options, record=RunRecord.open(runs_dir(options.runs_dir), run_id))
-        return run._stop_detached()
+        return run.reattach.stop_detached()
 
     # ------------------------------------------------------------------ supervision
 
@@ -145,7 +161,7 @@ class Run(DetachedMixin):
                 # Whatever broke the loop, the nodes must not be left running unsupervised.
                 interrupted = isinstance(exc, KeyboardInterrupt)
                 reason = "interrupted" if interrupted else f"supervisor error: {type(exc).__name__}: {exc}"
-                self._stop_all(reason, status=RunStatus.STOPPED if interrupted else RunStatus.FAILED)
+                self.stop.stop_all(reason, status=RunStatus.STOPPED if interrupted else RunStatus.FAILED)
             if isinstance(exc, KeyboardInterrupt):
                 assert self._finished is not None
                 return self._finished
@@ -154,8 +170,8 @@ class Run(DetachedMixin):
     def _supervise(self) -> RunResult:
         sup = self.supervisor
         while True:
-            self._pump(0.2)
-            for name, runner in self._runners.items():
+            self.pump(0.2)
+            for name, runner in self.runners.items():
                 view = sup.nodes[name]
                 view.lost = runner.lost
                 if runner.last_rx is not None:
@@ -166,7 +182,7 @@ class Run(DetachedMixin):
                 continue
             self.progress.settled = True  # the run ends from here: its dying steps set no pace
             if isinstance(decision, StopAll):
-                return self._stop_all(
+                return self.stop.stop_all(
                     decision.reason,
                     status=decision.status,
                     trigger_node=decision.trigger_node,
@@ -179,29 +195,29 @@ class Run(DetachedMixin):
             if isinstance(decision, Detach):
                 return self._detached(decision.reason, decision.exit_code)
             assert isinstance(decision, Succeed)
-            self._pump(0)  # what is already posted; a node's last lines come before its end, so nothing is awaited
-            return self._finish(RunResult(self.run_id, RunStatus.SUCCEEDED, EXIT_OK, reason="every node's torchrun exited with code 0"))
+            self.pump(0)  # what is already posted; a node's last lines come before its end, so nothing is awaited
+            return self.finish(RunResult(self.run_id, RunStatus.SUCCEEDED, EXIT_OK, reason="every node's torchrun exited with code 0"))
 
     def _keep(self, decision: Keep) -> None:
         for level, text in decision.notes:
-            self._note(text, level)
+            self.note(text, level)
         for node, state in decision.states:
-            self._set_state(node, state)
+            self.set_state(node, state)
         for name in decision.reconnect:
             pending = self._reconnects.get(name)
             if pending is None or pending.done():
-                runner = self._runners[name]
-                self._set_state(name, RunNodeState.RECONNECTING)
+                runner = self.runners[name]
+                self.set_state(name, RunNodeState.RECONNECTING)
                 self._reconnects[name] = runner.submit(partial(runner.reconnect, timeout=self.options.reap_connect_timeout_s))
 
     def _stall_stop(self, stall: StallFound) -> RunResult:
         """Dump every rank's stack into the log, then stop naming the odd rank(s) out."""
-        self._note(f"{stall.reason}; dumping every rank's stack into the log before stopping", "error")
+        self.note(f"{stall.reason}; dumping every rank's stack into the log before stopping", "error")
         self.failures.reset_dumps()
-        futures = {r.name: r.submit(r.dump_stacks) for r in self._runners.values() if r.ending is None}
+        futures = {r.name: r.submit(r.dump_stacks) for r in self.runners.values() if r.ending is None}
         deadline = self.clock() + self.options.dump_wait_s
         while self.clock() < deadline or not all(f.done() for f in futures.values()):
-            self._pump(0.1)
+            self.pump(0.1)
             if self.clock() > deadline + 60:
                 break
         signalled: list[int] = []
@@ -213,10 +229,10 @@ class Run(DetachedMixin):
                 continue
             signalled += [s["rank"] for s in report.get("signalled", []) if s.get("rank") is not None]
             spied += [s["rank"] for s in report.get("py_spy", []) if s.get("rank") is not None]
-        self._pump(0.2)
+        self.pump(0.2)
         silent = sorted(set(signalled) - self.failures.dumped)
         if silent:
-            self._note(f"rank(s) {', '.join(map(str, silent))} did not answer SIGUSR1 with a stack dump: stopped (SIGSTOP) or hung outside Python", "error")
+            self.note(f"rank(s) {', '.join(map(str, silent))} did not answer SIGUSR1 with a stack dump: stopped (SIGSTOP) or hung outside Python", "error")
         activity = {str(r): {"node": a.node, "pid": a.pid, "state": a.state, "stopped": a.stopped_since is not None}
                     for r, a in sorted(self.supervisor.activity.ranks.items())}
         self.record.update(
@@ -227,8 +243,8 @@ class Run(DetachedMixin):
             hang={"before_first_step": stall.before_first_step, "suspects": list(stall.suspects), "ranks": activity},
         )
         suspect = stall.suspects[0] if stall.suspects else (silent[0] if silent else None)
-        return self._stop_all(stall.reason, status=RunStatus.FAILED, trigger_rank=suspect, stalled=stall.stalled)
+        return self.stop.stop_all(stall.reason, status=RunStatus.FAILED, trigger_rank=suspect, stalled=stall.stalled)
 
     def _detached(self, reason: str, exit_code: int = EXIT_OK) -> RunResult:
-        self._note(f"{reason}. Re-attach: ftwiz --attach {self.run_id}   Stop: ftwiz --stop {self.run_id}")
-        return self._finish(RunResult(self.run_id, RunStatus.DETACHED, exit_code, reason=reason))
+        self.note(f"{reason}. Re-attach: ftwiz --attach {self.run_id}   Stop: ftwiz --stop {self.run_id}")
+        return self.finish(RunResult(self.run_id, RunStatus.DETACHED, exit_code, reason=reason))

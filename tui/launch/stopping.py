@@ -1,6 +1,6 @@
 """The stop sequence: TERM → grace → KILL on every node in parallel, then reap the unreachable ones.
 
-One part of :class:`tui.launch.run.Run`, over the state that :class:`tui.launch.base.RunCore` holds. A node
+A part of :class:`tui.launch.run.Run`, over the state that :class:`tui.launch.base.RunCore` holds. A node
 that did not answer is reaped when it answers again, for ``reap_for_s``: over SSH, else through
 its agent (``POST /v1/runs/{run_id}/stop``).
 """
@@ -20,22 +20,25 @@ from tui.launch.runner import NodeRunner
 from tui.launch.support import agent_stop, explain
 from tui.runs.status import RunStatus
 
-__all__ = ["StopMixin"]
+__all__ = ["StopSequence"]
 
 
-class StopMixin(RunCore):
+class StopSequence:
     """Stopping every node of a run (see the module docstring)."""
 
-    def _kill_everywhere(self, runners: Sequence[NodeRunner]) -> tuple[dict[str, list[int]], list[str]]:
+    def __init__(self, core: RunCore) -> None:
+        self.core = core
+
+    def kill_everywhere(self, runners: Sequence[NodeRunner]) -> tuple[dict[str, list[int]], list[str]]:
         """TERM → grace → KILL on each runner's node in parallel; returns (leftovers, nodes that did not answer)."""
-        grace = self.options.stop_grace_s
+        grace = self.core.options.stop_grace_s
         futures = {r.name: r.submit(partial(r.kill, grace)) for r in runners}
         leftovers: dict[str, list[int]] = {}
         failed: list[str] = []
-        deadline = self.clock() + grace + 25
+        deadline = self.core.clock() + grace + 25
         pending = dict(futures)
-        while pending and self.clock() < deadline:
-            self._pump(0.1)
+        while pending and self.core.clock() < deadline:
+            self.core.pump(0.1)
             for name, future in list(pending.items()):
                 if not future.done():
                     continue
@@ -46,28 +49,28 @@ class StopMixin(RunCore):
                     report = _gone_report(exc)
                 except Exception as exc:
                     failed.append(name)
-                    self._note(f"{name}: could not reach it to stop the run ({explain(exc)}); will retry", "warn")
+                    self.core.note(f"{name}: could not reach it to stop the run ({explain(exc)}); will retry", "warn")
                     continue
-                self._record_kill(name, report)
+                self.record_kill(name, report)
                 if report.get("stopped_before"):
-                    self.stopped_first_on.append(name)
+                    self.core.stopped_first_on.append(name)
                 if report.get("remaining"):
                     leftovers[name] = report["remaining"]
         failed += list(pending)
         return leftovers, failed
 
-    def _record_kill(self, node: str, report: Mapping[str, Any]) -> None:
+    def record_kill(self, node: str, report: Mapping[str, Any]) -> None:
         killed = report.get("killed") or []
-        self.record.update_node(node, killed=killed, remaining=report.get("remaining") or [])
+        self.core.record.update_node(node, killed=killed, remaining=report.get("remaining") or [])
         by_kill = sum(1 for k in killed if k.get("signal") == "SIGKILL")
         if report.get("remaining"):
-            self._note(f"{node}: processes still there after SIGKILL: {report['remaining']}", "error")
-            self._set_state(node, RunNodeState.FAILED, f"leftovers {report['remaining']}")
+            self.core.note(f"{node}: processes still there after SIGKILL: {report['remaining']}", "error")
+            self.core.set_state(node, RunNodeState.FAILED, f"leftovers {report['remaining']}")
         else:
             detail = f"{len(killed)} process(es) stopped" + (f", {by_kill} needed SIGKILL" if by_kill else "") if killed else "nothing left running"
-            self._set_state(node, RunNodeState.STOPPED, detail)
+            self.core.set_state(node, RunNodeState.STOPPED, detail)
 
-    def _stop_all(
+    def stop_all(
         self,
         reason: str,
         *,
@@ -77,40 +80,40 @@ class StopMixin(RunCore):
         unreachable: Sequence[str] = (),
         stalled: Sequence[int] = (),
     ) -> RunResult:
-        stop_started = self.clock()
-        self._note(f"stopping every node: {reason}", "error" if status is RunStatus.FAILED else "warn")
-        self.record.update(status=RunStatus.STOPPING, stop_reason=reason, stop_requested_at=time.time())
-        reachable = [r for r in self._runners.values() if r.name not in unreachable]
+        stop_started = self.core.clock()
+        self.core.note(f"stopping every node: {reason}", "error" if status is RunStatus.FAILED else "warn")
+        self.core.record.update(status=RunStatus.STOPPING, stop_reason=reason, stop_requested_at=time.time())
+        reachable = [r for r in self.core.runners.values() if r.name not in unreachable]
         for r in reachable:
-            self._set_state(r.name, RunNodeState.STOPPING)
+            self.core.set_state(r.name, RunNodeState.STOPPING)
         for name in unreachable:
-            self._set_state(name, RunNodeState.UNREACHABLE, "will be reaped when it answers")
-        leftovers, failed = self._kill_everywhere(reachable)
-        if status is RunStatus.FAILED and self.stopped_first_on:
+            self.core.set_state(name, RunNodeState.UNREACHABLE, "will be reaped when it answers")
+        leftovers, failed = self.kill_everywhere(reachable)
+        if status is RunStatus.FAILED and self.core.stopped_first_on:
             # `ftwiz --stop` from elsewhere reached these nodes before our own stop: the "failure" we saw was
             # its SIGTERMs arriving at the ranks (the marker it left is written before any signal).
-            reason = f"stopped from another ftwiz (ftwiz --stop) on {', '.join(sorted(self.stopped_first_on))}; we saw its effect first: {reason}"
+            reason = f"stopped from another ftwiz (ftwiz --stop) on {', '.join(sorted(self.core.stopped_first_on))}; we saw its effect first: {reason}"
             status = RunStatus.STOPPED
-            self.record.update(stop_reason=reason, save=False)
-            self._note(reason, "warn")
+            self.core.record.update(stop_reason=reason, save=False)
+            self.core.note(reason, "warn")
         to_reap = list(unreachable) + failed
-        self.record.update(stopped_reachable_s=self.clock() - stop_started)
+        self.core.record.update(stopped_reachable_s=self.core.clock() - stop_started)
         # Let the streams of the stopped nodes end, so the last lines (torchrun's summary) are in.
-        deadline = self.clock() + 3.0
-        while self.clock() < deadline and any(r.following and r.name not in to_reap for r in self._runners.values()):
-            self._pump(0.1)
-        self._pump(0.05)
-        unreaped = self._reap(to_reap, leftovers)
+        deadline = self.core.clock() + 3.0
+        while self.core.clock() < deadline and any(r.following and r.name not in to_reap for r in self.core.runners.values()):
+            self.core.pump(0.1)
+        self.core.pump(0.05)
+        unreaped = self.reap(to_reap, leftovers)
         failed_node: Optional[str] = None
         failed_rank: Optional[int] = None
         last: list[str] = []
         if status is RunStatus.FAILED:  # an operator's stop blames nobody (its SIGTERMs show up as worker failures)
-            failed_node, failed_rank = self.failures.attribute(
-                trigger_node, trigger_rank, rank_nodes={r: i.node for r, i in self.progress.ranks.items()}, errors=self.progress.errors
+            failed_node, failed_rank = self.core.failures.attribute(
+                trigger_node, trigger_rank, rank_nodes={r: i.node for r, i in self.core.progress.ranks.items()}, errors=self.core.progress.errors
             )
-            last = self.failures.last_lines(failed_node, failed_rank, self.options.last_lines)
+            last = self.core.failures.last_lines(failed_node, failed_rank, self.core.options.last_lines)
         result = RunResult(
-            self.run_id,
+            self.core.run_id,
             status,
             EXIT_STOPPED if status is RunStatus.STOPPED else EXIT_FAILED,
             reason=reason,
@@ -121,31 +124,31 @@ class StopMixin(RunCore):
             unreaped=unreaped,
             stalled_ranks=list(stalled),
         )
-        return self._finish(result)
+        return self.core.finish(result)
 
-    def _reap(self, nodes: Sequence[str], leftovers: dict[str, list[int]]) -> list[str]:
+    def reap(self, nodes: Sequence[str], leftovers: dict[str, list[int]]) -> list[str]:
         """Keep trying to stop the run on ``nodes`` (unreachable at stop time) for ``reap_for_s``."""
         if not nodes:
             return []
-        opts = self.options
+        opts = self.core.options
         waiting = set(nodes)
-        self._note(
+        self.core.note(
             f"waiting up to {opts.reap_for_s:.0f} s for {', '.join(sorted(waiting))} to answer, to reap its processes "
-            f"(Ctrl-C twice gives up; `ftwiz --stop {self.run_id}` does it later)",
+            f"(Ctrl-C twice gives up; `ftwiz --stop {self.core.run_id}` does it later)",
             "warn",
         )
-        self.record.update(unreaped=sorted(waiting))
-        deadline = self.clock() + opts.reap_for_s
+        self.core.record.update(unreaped=sorted(waiting))
+        deadline = self.core.clock() + opts.reap_for_s
         attempts: dict[str, Future] = {}
         next_try: dict[str, float] = {}
-        while waiting and self.clock() < deadline and not self._abandon_reap:
-            self._pump(0.2)
-            now = self.clock()
+        while waiting and self.core.clock() < deadline and not self.core.abandon_reap:
+            self.core.pump(0.2)
+            now = self.core.clock()
             for name in sorted(waiting):
                 future = attempts.get(name)
                 if future is None:
                     if now >= next_try.get(name, 0):
-                        attempts[name] = self._runners[name].submit(partial(self._reap_one, name))
+                        attempts[name] = self.core.runners[name].submit(partial(self.reap_one, name))
                     continue
                 if not future.done():
                     continue
@@ -156,26 +159,26 @@ class StopMixin(RunCore):
                     next_try[name] = now + 1.0
                     continue
                 waiting.discard(name)
-                self._record_kill(name, report)
-                self.record.update_node(name, reaped_at=time.time())
+                self.record_kill(name, report)
+                self.core.record.update_node(name, reaped_at=time.time())
                 if report.get("remaining"):
                     leftovers[name] = report["remaining"]
                 killed = [k["pid"] for k in report.get("killed") or []]
-                self._note(f"{name} answers again: reaped {len(killed)} leftover process(es) {killed}" if killed else f"{name} answers again: nothing of the run was left there")
+                self.core.note(f"{name} answers again: reaped {len(killed)} leftover process(es) {killed}" if killed else f"{name} answers again: nothing of the run was left there")
         if waiting:
-            self._note(f"gave up waiting for {', '.join(sorted(waiting))}: run `ftwiz --stop {self.run_id}` once it is back", "error")
-        self.record.update(unreaped=sorted(waiting))
+            self.core.note(f"gave up waiting for {', '.join(sorted(waiting))}: run `ftwiz --stop {self.core.run_id}` once it is back", "error")
+        self.core.record.update(unreaped=sorted(waiting))
         return sorted(waiting)
 
-    def _reap_one(self, name: str) -> dict:
+    def reap_one(self, name: str) -> dict:
         """(runner thread) One attempt to stop the run on an unreachable node: SSH, else its agent."""
-        runner = self._runners[name]
+        runner = self.core.runners[name]
         try:
-            return runner.kill(self.options.stop_grace_s, fresh=True, connect_timeout=self.options.reap_connect_timeout_s)
+            return runner.kill(self.core.options.stop_grace_s, fresh=True, connect_timeout=self.core.options.reap_connect_timeout_s)
         except NodeGone as exc:
             return _gone_report(exc)
         except Exception as ssh_exc:
-            report = agent_stop(self.config, name, self.run_id)
+            report = agent_stop(self.core.config, name, self.core.run_id)
             if report is None:
                 raise ssh_exc
             return report
