@@ -105,6 +105,11 @@ _PROCESS_DIED = (r"(?:^|[\s\[:>])F(?:\d{3,4} [\d:.]+(?: +\d+)?)? (?:\S+/)?[\w.-]
                  r"Segmentation fault|Fatal Python error")
 
 
+#: The process died of an exception (a traceback, an exception line), or of :data:`_PROCESS_DIED`'s crash; bitsandbytes'
+#: missing 8-bit kernels (``'NoneType' object has no attribute 'cadam32bit_grad_fp32'``) count as its failing too.
+_PYTHON_DIED = (r"Traceback \(most recent call last\)|^\s*[A-Za-z_][\w.]*(?:Error|Exception)\b|cadam32bit|" + _PROCESS_DIED)
+
+
 _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torch has no NCCL): use the gloo backend there — "
                "`--backend gloo` for a script that takes it, or init_process_group(\"nccl\" if torch.cuda.is_available() else \"gloo\") "
                "— or run that node's ranks on CPU with `[[nodes]] cpu_ranks = N`")
@@ -213,10 +218,16 @@ SIGNATURES: tuple[Signature, ...] = (
          "an API that moved between library versions (transformers, peft, accelerate, torch)"),
     _sig("version.skew", r"undefined symbol: |hipErrorNoBinaryForGpu|Cannot retrieve Static function, error: 218|"
          r"CUDA Setup failed despite GPU being available|Required library version not found: libbitsandbytes|"
-         r"compiled without GPU support|Torch not compiled with CUDA enabled|is not compatible with the current PyTorch installation|"
+         r"Torch not compiled with CUDA enabled|is not compatible with the current PyTorch installation|"
          r"invalid device function|version `GLIBC_[\d.]+' not found|"
          r"requires? (?:torch|transformers|accelerate|deepspeed|peft|trl|bitsandbytes)\s*>=\s*\d", 8,
          "facebookresearch/bitsandbytes#21, bitsandbytes-foundation/bitsandbytes#1522, #138, ROCm/rocm-systems#2805"),
+    # bitsandbytes built without GPU support says so when imported (as a WARNING log line, or the ``warn(...)`` source
+    # line under a UserWarning) and the program goes on: an app or a run that never asks for 8-bit kernels works. It is
+    # the cause when the run then fails: an exception, an abort, or the missing kernels themselves (cadam32bit_*).
+    _sig("version.skew", r"compiled without GPU support", 8,
+         "facebookresearch/bitsandbytes#21, georgesung/llm_qlora#2 (the run then failed); cocktailpeanut/fluxgym#411, "
+         "SAI990323/TALLRec#27 (the warning alone, in apps that ran)", needs=_PYTHON_DIED),
     # A shared library that is missing: the run fails on it when importing it raises, or the dynamic linker refuses to
     # start a binary without it.
     _sig("version.skew", r"(?-i:\b[A-Z]\w*(?:Error|Exception)):.*cannot open shared object file|error while loading shared libraries", 8,

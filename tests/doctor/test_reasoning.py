@@ -146,6 +146,51 @@ def test_a_library_only_warned_about_is_no_evidence_unless_the_process_then_dies
     assert [d.cause for d in failed] == ["version.skew"]
 
 
+def test_bitsandbytes_built_without_gpu_support_is_no_evidence_unless_the_run_then_fails(tmp_path):
+    """bitsandbytes says it was compiled without GPU support when imported (a WARNING log line, or its ``warn(...)``
+    source line under the UserWarning) and the app goes on; the same line is the cause when the run then fails."""
+    warned = [
+        "2025-08-03 16:25:57 WARNING  The installed version of bitsandbytes was compiled without GPU support.   cextension.py:282",
+        " UserWarning: The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit "
+        "multiplication, and GPU quantization are unavailable.",
+        '  warn("The installed version of bitsandbytes was compiled without GPU support. "',
+        "model_names=['flux-dev', 'flux-schnell']",
+    ]
+    assert diagnose_files([_write(tmp_path, "fine.log", warned)]) == []
+    failed = diagnose_files([_write(tmp_path, "failed.log", [
+        *warned,
+        "Traceback (most recent call last):",
+        '  File "/work/train.py", line 40, in <module>',
+        "    optimizer.step()",
+        "AttributeError: 'NoneType' object has no attribute 'cadam32bit_grad_fp32'",
+    ])])
+    assert [d.cause for d in failed][:1] == ["version.skew"] and "compiled without GPU support" in failed[0].evidence[0].text
+
+
+def test_an_import_error_an_availability_probe_caught_is_no_evidence(tmp_path):
+    """xformers imports triton in ``_is_triton_available`` and logs the caught traceback as a WARNING; the program goes
+    on without it. The same ImportError raised by the training script itself is still the run failing."""
+    probed = [
+        "WARNING  A matching Triton is not available, some optimizations will not be enabled   __init__.py:61",
+        "Traceback (most recent call last):",
+        '  File "/venv/lib/site-packages/xformers/__init__.py", line 55, in _is_triton_available',
+        "    from xformers.triton.softmax import softmax as triton_softmax  # noqa",
+        '  File "/venv/lib/site-packages/xformers/triton/softmax.py", line 11, in <module>',
+        "    import triton",
+        "ModuleNotFoundError: No module named 'triton'",
+        "steps:  10%|██        | 780/7800 [05:04<45:36,  2.57it/s, loss=0.117]",
+    ]
+    assert diagnose_files([_write(tmp_path, "fine.log", probed)]) == []
+    crashed = diagnose_files([_write(tmp_path, "crashed.log", [
+        *probed,
+        "Traceback (most recent call last):",
+        '  File "/work/train.py", line 3, in <module>',
+        "    import triton",
+        "ModuleNotFoundError: No module named 'triton'",
+    ])])
+    assert [d.cause for d in crashed] == ["code.error"] and "train.py:3" in crashed[0].explanation
+
+
 def test_an_exception_python_ignored_at_shutdown_is_no_evidence(tmp_path):
     """'Exception ignored in: <function X.__del__>' and an atexit handler's traceback: Python printed them and went on
     (a DataLoader iterator or a logger torn down after the work was done). A real failure in the same log still speaks."""

@@ -8,7 +8,8 @@ the kernel say more. ftwiz's own node-side error lines (the protocol's ``{"ftwiz
 ``ftwiz: error (rank N): ...``, written by the workloads and the user-code runner) are read for what
 they say: a signature in the message speaks; a dataset problem is ``data.invalid``, a missing module or
 package ``version.skew``, anything else (a script not found, an unreadable code dir) ``code.error``
-naming the file, with the message's own fix. An exception Python printed and then ignored (``Exception ignored
+naming the file, with the message's own fix. An ImportError raised inside an availability probe (``_is_triton_available``)
+is no evidence: the probe caught it and the program goes on without the optional module. An exception Python printed and then ignored (``Exception ignored
 in: ...`` from a ``__del__`` or an atexit handler at shutdown) is no evidence: the run went on, or had ended.
 A signature with ``needs`` (a library that could not be loaded) counts only when the process then died.
 """
@@ -49,6 +50,11 @@ _IGNORED_RE = re.compile(r"^(?:Exception ignored\b|Error in atexit\._run_exitfun
 _IPY_HEAD_RE = re.compile(r"^[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)")
 _IPY_FRAME_RE = re.compile(r"^(?:Cell In\[\d+\], line (?P<cell>\d+)|File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>.+))?)$")
 _IPY_CODE_RE = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*-+>")
+
+#: An availability probe (xformers' ``_is_triton_available``, ``is_flash_attn_available``): it imports an optional
+#: module and catches the ImportError; xformers logs the caught traceback as a WARNING and the program goes on.
+_PROBE_RE = re.compile(r"^_?(?:is_\w+_available|check_\w+_available)$")
+_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
 
 
 @dataclass
@@ -132,13 +138,14 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
 
 
 def ignored_exception_lines(lines: Sequence[ReadLine]) -> set[int]:
-    """The ``order`` of every line of an exception report that Python printed and then ignored.
+    """The ``order`` of every line of an exception report that was printed and then ignored.
 
     ``Exception ignored in: <function X.__del__ ...>`` (or ``Error in atexit._run_exitfuncs:``), then the traceback
     that follows it on the same stream (frames, indented code lines) and its exception line. The exception did not
     stop the program: a destructor or an exit handler failing at interpreter shutdown, after the work was done.
+    So is the traceback of an ImportError raised inside an availability probe (:func:`_probed_imports`).
     """
-    out: set[int] = set()
+    out = _probed_imports(lines)
     state: dict[tuple[str, int | None], str] = {}  # per stream: "header" after the words, "traceback" inside one
     for line in lines:
         stream = (line.file, line.rank)
@@ -163,6 +170,35 @@ def ignored_exception_lines(lines: Sequence[ReadLine]) -> set[int]:
             del state[stream]
         else:
             del state[stream]
+    return out
+
+
+def _probed_imports(lines: Sequence[ReadLine]) -> set[int]:
+    """The ``order`` of every line of a traceback whose ImportError an availability probe caught.
+
+    xformers imports triton in ``_is_triton_available`` and logs the caught traceback as a WARNING ("A matching Triton
+    is not available, some optimizations will not be enabled"); the program goes on without the optional module.
+    """
+    out: set[int] = set()
+    open_tb: dict[tuple[str, int | None], tuple[list[int], bool]] = {}  # per stream: its lines so far, a probe frame seen
+    for line in lines:
+        stream = (line.file, line.rank)
+        text = line.text
+        if text.startswith("Traceback (most recent call last):"):
+            open_tb[stream] = ([line.order], False)
+            continue
+        if stream not in open_tb:
+            continue
+        orders, probed = open_tb[stream]
+        frame = _FRAME_RE.match(text)
+        if frame or text.startswith((" ", "\t")) or not text.strip() or text.lstrip().startswith(("^", "~")):
+            func = (frame.group("func") or "").strip() if frame else ""
+            open_tb[stream] = ([*orders, line.order], probed or bool(_PROBE_RE.match(func)))
+            continue
+        del open_tb[stream]
+        exc = _EXC_RE.match(text.strip())
+        if probed and exc and exc.group("type").rsplit(".", 1)[-1] in _IMPORT_ERRORS:
+            out.update([*orders, line.order])
     return out
 
 
