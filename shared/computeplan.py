@@ -10,10 +10,11 @@ checklist's ``plan.balance`` row shows; a slow node is a fact to plan with, neve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Optional
 
-__all__ = ["RECOMMEND_GAIN", "NodeCompute", "PacePlan", "plan_pace"]
+__all__ = ["RECOMMEND_GAIN", "NodeCompute", "PacePlan", "ProbeFigures", "plan_pace"]
 
 RECOMMEND_GAIN = 1.25
 """Recommend ``balance = "auto"`` when the balanced split promises at least this many times the uniform pace."""
@@ -27,6 +28,20 @@ class NodeCompute:
     rates: tuple[float, ...]
     what: str = ""
     """How it was measured, for the detail (``"2× RTX 3060 bfloat16"``, ``"cpu 4 threads float32"``)."""
+
+
+@dataclass(frozen=True)
+class ProbeFigures:
+    """What the checklist's probe gives the launch (``balance = "auto"`` for your own code plans with it)."""
+
+    rates: Optional[Mapping[str, tuple[float, ...]]]
+    """Node → each of its ranks' TFLOP/s; None when nothing was measured."""
+    note: str = ""
+    """Why there are no figures, or which nodes were not measured."""
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeCompute], missing: Sequence[str] = ()) -> "ProbeFigures":
+        return cls({n.node: tuple(n.rates) for n in nodes} or None, "; ".join(missing) or ("" if nodes else "no node measured"))
 
 
 @dataclass(frozen=True)

@@ -113,12 +113,15 @@ async def balance(ctx: CheckContext) -> list[CheckResult]:
     if job.workload == "allreduce":
         return [result("plan.balance", title, "skip", None, "workload allreduce: no training to pace")]
     if world_size(ctx.config, ctx.reports) < 2:
+        ctx.notes["compute"] = computeplan.ProbeFigures(None, "one rank")
         return [result("plan.balance", title, "skip", None, "one rank: nothing to balance")]
     same = _one_device_kind(ctx)
     if same is not None:  # nothing to time: every rank computes on the same kind of device with the same threads
+        ctx.notes["compute"] = computeplan.ProbeFigures(None, f"every rank runs on {same} (no node sets the pace)")
         return [result("plan.balance", title, "pass", None, f"every rank runs on {same}: no node sets the pace; "
                        "a uniform split is balanced (no compute probe needed)")]
     measured, missing = await ctx.memo("compute-probe", lambda: _probe_compute(ctx))
+    ctx.notes["compute"] = computeplan.ProbeFigures.of(measured, missing)  # the launch plans your own code's shares with it
     if not measured:
         return [result("plan.balance", title, "skip", None, "no node measured: " + "; ".join(missing),
                        "the compute probe needs torch in each node's training interpreter")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from functools import partial
-from typing import Mapping, NoReturn
+from typing import Any, Mapping, NoReturn
 
 from tui.codeship import CodeDirError
 from tui.exitcodes import EXIT_FAILED
@@ -31,6 +31,7 @@ class LaunchMixin(StopMixin):
 
     network_env: "Mapping[str, Mapping[str, str]] | None"
     sharding: "Sharding | None"
+    compute: "Any"
     launch_plan: "LaunchPlan | None"
     resume: bool
     output_dir: str
@@ -96,7 +97,7 @@ class LaunchMixin(StopMixin):
         try:
             plan = build_launch_plan(
                 self.config, run_id=self.run_id, rundirs={name: r.rundir_abs or "" for name, r in self._runners.items()},
-                reports=self.reports, network_env=self.network_env, sharding=self.sharding, package=package,
+                reports=self.reports, network_env=self.network_env, sharding=self.sharding, compute=self.compute, package=package,
                 resume=self.resume, output_dir=self.output_dir,
                 config_dir=os.path.dirname(config_source) if config_source else None,
             )
@@ -107,6 +108,8 @@ class LaunchMixin(StopMixin):
             self.plans[name] = node.plan
             self.record.update_node(name, save=False, **node.record)
         self.record.update(**plan.run_record)
+        if plan.balance is not None:
+            self._note(plan.balance.summary())
         return plan
 
     def _wait_for_go(self) -> None:

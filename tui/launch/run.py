@@ -58,6 +58,7 @@ class Run(DetachedMixin):
         reports: Optional[Mapping[str, Any]] = None,
         network_env: Optional[Mapping[str, Mapping[str, str]]] = None,
         sharding: Optional[Sharding] = None,
+        compute: Optional[Any] = None,
         resume: bool = False,
         output_dir: Optional[str] = None,
         resumed_from: Optional[str] = None,
@@ -86,6 +87,8 @@ class Run(DetachedMixin):
         #: The interface environment and the sharding the checklist approved; None: planned once, at launch.
         self.network_env = network_env
         self.sharding = sharding
+        #: The checklist's compute probe (:class:`shared.computeplan.ProbeFigures`): your own code's balance shares.
+        self.compute = compute
         #: Every decision of the launch, made once (:class:`~tui.launch.launchplan.LaunchPlan`); None until launched.
         self.launch_plan: Optional[LaunchPlan] = None
         self.resume = record.model.resume
