@@ -61,7 +61,8 @@ class PacePlan:
 def plan_pace(nodes: Sequence[NodeCompute], *, workload: str = "sft", balance: str = "off") -> PacePlan:
     """Name the bounding node (the lowest per-rank rate; the first in order on a tie) and the balanced gain.
 
-    ``recommend`` is true only for the built-in ``sft`` recipe with ``balance = "off"`` and a gain of at least
+    ``recommend`` is true for the built-in ``sft`` recipe and your own code (which then reads its share from
+    ``FTWIZ_MICRO_BATCH``/``FTWIZ_GRAD_ACCUM``) with ``balance = "off"`` and a gain of at least
     :data:`RECOMMEND_GAIN`. Raises ``ValueError`` without a rank or with a rate that is not positive.
     """
     rates = [r for n in nodes for r in n.rates]
@@ -72,7 +73,7 @@ def plan_pace(nodes: Sequence[NodeCompute], *, workload: str = "sft", balance: s
     bound = min(nodes, key=lambda n: min(n.rates) if n.rates else float("inf"))
     slowest = min(bound.rates)
     gain = sum(rates) / (len(rates) * slowest)
-    recommend = workload == "sft" and balance == "off" and gain >= RECOMMEND_GAIN
+    recommend = workload in ("sft", "command") and balance == "off" and gain >= RECOMMEND_GAIN
     summary = (f"{bound.node} bounds the run; uniform: {len(rates)} rank(s) at {bound.node}'s pace = 1.00; "
                f"balanced: {gain:.2f}x")
     per_node = "; ".join(

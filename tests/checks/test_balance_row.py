@@ -117,11 +117,12 @@ def test_skips_one_rank_and_nothing_measured() -> None:
     assert row.status == "skip" and "torch" in row.hint
 
 
-def test_your_own_code_gets_the_figures_without_the_recipe_advice() -> None:
+def test_your_own_code_is_told_to_read_its_share() -> None:
     ctx = context([node("a"), node("b")], {"a": 1, "b": 1}, FakeClient({"a": 10.0, "b": 2.0}),
                   job=JobConfig(workload="command", command=["train.py"]))
     (row,) = asyncio.run(balance(ctx))
-    assert row.status == "pass" and "balanced: 3.00x" in row.detail and not row.hint
+    assert row.status == "pass" and "balanced: 3.00x" in row.detail
+    assert 'balance = "auto"' in row.hint and "FTWIZ_MICRO_BATCH" in row.hint
     # what the launch gets (ChecklistRun.compute): each node's per-rank figures, for balance = "auto" of your own code
     assert ctx.notes["compute"].rates == {"a": (10.0,), "b": (2.0,)}
 

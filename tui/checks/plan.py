@@ -130,7 +130,10 @@ async def balance(ctx: CheckContext) -> list[CheckResult]:
     if missing:
         detail += "; not measured: " + "; ".join(missing)
     hint = ""
-    if plan.recommend:
+    if plan.recommend and job.workload == "command":
+        hint = (f'set [job] balance = "auto" and have your code read FTWIZ_MICRO_BATCH and FTWIZ_GRAD_ACCUM: the slow ranks then '
+                f'train on fewer samples per step (≈{plan.balanced:.2f}x at best; README "Balancing your own code")')
+    elif plan.recommend:
         hint = f'set [job] balance = "auto": the slow ranks then train on fewer samples per step (≈{plan.balanced:.2f}x at best)'
     elif job.balance == "auto" and plan.balanced < 1 + 0.1:
         detail += "; balance auto will keep the uniform split (ranks within 10 %)"
