@@ -80,8 +80,12 @@ def main() -> int:
 
 def _rundir(work: Path) -> Path:
     rundir = work / "rundir"
-    shutil.copytree(REPO / "agent" / "workloads", rundir / PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copyfile(REPO / "shared" / "protocol.py", rundir / PACKAGE / "_wire.py")  # the line protocol, as the launcher ships it
+    from tui.launch.support import workload_files
+
+    for name, data in workload_files().items():  # the package exactly as the launcher ships it (_wire.py, _balanceplan.py)
+        target = rundir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
     return rundir
 
 

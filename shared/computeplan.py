@@ -10,10 +10,11 @@ checklist's ``plan.balance`` row shows; a slow node is a fact to plan with, neve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Optional
 
-__all__ = ["RECOMMEND_GAIN", "NodeCompute", "PacePlan", "plan_pace"]
+__all__ = ["RECOMMEND_GAIN", "NodeCompute", "PacePlan", "ProbeFigures", "plan_pace"]
 
 RECOMMEND_GAIN = 1.25
 """Recommend ``balance = "auto"`` when the balanced split promises at least this many times the uniform pace."""
@@ -27,6 +28,20 @@ class NodeCompute:
     rates: tuple[float, ...]
     what: str = ""
     """How it was measured, for the detail (``"2× RTX 3060 bfloat16"``, ``"cpu 4 threads float32"``)."""
+
+
+@dataclass(frozen=True)
+class ProbeFigures:
+    """What the checklist's probe gives the launch (``balance = "auto"`` for your own code plans with it)."""
+
+    rates: Optional[Mapping[str, tuple[float, ...]]]
+    """Node → each of its ranks' TFLOP/s; None when nothing was measured."""
+    note: str = ""
+    """Why there are no figures, or which nodes were not measured."""
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeCompute], missing: Sequence[str] = ()) -> "ProbeFigures":
+        return cls({n.node: tuple(n.rates) for n in nodes} or None, "; ".join(missing) or ("" if nodes else "no node measured"))
 
 
 @dataclass(frozen=True)
@@ -46,7 +61,8 @@ class PacePlan:
 def plan_pace(nodes: Sequence[NodeCompute], *, workload: str = "sft", balance: str = "off") -> PacePlan:
     """Name the bounding node (the lowest per-rank rate; the first in order on a tie) and the balanced gain.
 
-    ``recommend`` is true only for the built-in ``sft`` recipe with ``balance = "off"`` and a gain of at least
+    ``recommend`` is true for the built-in ``sft`` recipe and your own code (which then reads its share from
+    ``FTWIZ_MICRO_BATCH``/``FTWIZ_GRAD_ACCUM``) with ``balance = "off"`` and a gain of at least
     :data:`RECOMMEND_GAIN`. Raises ``ValueError`` without a rank or with a rate that is not positive.
     """
     rates = [r for n in nodes for r in n.rates]
@@ -57,7 +73,7 @@ def plan_pace(nodes: Sequence[NodeCompute], *, workload: str = "sft", balance: s
     bound = min(nodes, key=lambda n: min(n.rates) if n.rates else float("inf"))
     slowest = min(bound.rates)
     gain = sum(rates) / (len(rates) * slowest)
-    recommend = workload == "sft" and balance == "off" and gain >= RECOMMEND_GAIN
+    recommend = workload in ("sft", "command") and balance == "off" and gain >= RECOMMEND_GAIN
     summary = (f"{bound.node} bounds the run; uniform: {len(rates)} rank(s) at {bound.node}'s pace = 1.00; "
                f"balanced: {gain:.2f}x")
     per_node = "; ".join(

@@ -130,9 +130,13 @@ class JobConfig(_Section):
                             "one transformer block per unit); auto picks fsdp exactly when the estimator says ddp does not fit and fsdp does.")
     fsdp_offload: bool = Field(False, description="With sharding = fsdp: keep the shards and optimizer states in CPU RAM (slower; for small cards).")
     balance: Literal["off", "auto"] = Field(
-        "off", description="sft only: auto gives each rank a share of every optimizer step's samples in proportion to its measured "
-                           "speed (micro-batch within its GPU's fit, accumulation makes up the rest; the global batch and the update "
-                           "stay what off gives), measured on the first steps and re-measured when a rank's speed drifts by > 20 %.")
+        "off", description="sft and command: auto gives each rank a share of every optimizer step's samples in proportion to its "
+                           "speed; the global batch (micro_batch_size × grad_accum_steps × ranks) and the update stay what off gives. "
+                           "sft measures the speeds on its first steps (micro-batch within its GPU's fit, accumulation makes up the "
+                           "rest; re-measured when a rank drifts by > 20 %). command: the checklist's compute probe decides before "
+                           "launch and each rank reads its numbers from FTWIZ_BALANCE, FTWIZ_GLOBAL_BATCH, FTWIZ_SAMPLES_PER_STEP, "
+                           "FTWIZ_MICRO_BATCH and FTWIZ_GRAD_ACCUM (set with off too, uniform, once micro_batch_size or "
+                           "grad_accum_steps is declared; see README \"Balancing your own code\").")
     output_dir: str = Field("checkpoints/run", description="Checkpoints and the final adapter/model, relative to the node's workdir.")
     save_steps: int = Field(100, ge=1, description="Checkpoint every this many steps.")
     logging_steps: int = Field(1, ge=1, description="Progress line every this many steps.")
@@ -182,6 +186,10 @@ class JobConfig(_Section):
     def _command_needed(self) -> "JobConfig":
         if self.workload == "command" and not self.command:
             raise ValueError('command: workload = "command" needs command = ["train.py", ...] (your script and its arguments) or ["-m", "package.module", ...]')
+        if self.workload == "command" and self.balance == "auto" and not {"micro_batch_size", "grad_accum_steps"} & self.model_fields_set:
+            raise ValueError('balance: balance = "auto" for your own code splits the global batch micro_batch_size × grad_accum_steps × '
+                             "ranks between the ranks: declare micro_batch_size and grad_accum_steps in [job] (your code reads its "
+                             'share from FTWIZ_MICRO_BATCH and FTWIZ_GRAD_ACCUM), or set balance = "off"')
         return self
 
     @field_validator("sizes_mb")
@@ -193,14 +201,15 @@ class JobConfig(_Section):
 
 
 #: The ``[job]`` keys each workload reads; keys in none of these (workload, output_dir, the stall timeouts) are
-#: every workload's. A command workload may declare what it trains (model, method, seq_len, micro_batch_size).
+#: every workload's. A command workload may declare what it trains (model, method, seq_len, micro_batch_size) and its
+#: batch (micro_batch_size, grad_accum_steps: each rank's FTWIZ_* batch numbers, balance = "auto" splits by them).
 WORKLOAD_KEYS: dict[str, frozenset[str]] = {
     "sft": frozenset({"model", "dataset", "method", "seq_len", "micro_batch_size", "grad_accum_steps", "epochs", "max_steps",
                       "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "gradient_checkpointing",
                       "precision", "optimizer", "sharding", "fsdp_offload", "save_steps", "logging_steps"}),
     "allreduce": frozenset({"sizes_mb", "iterations", "warmup_iterations"}),
     "command": frozenset({"command", "code_dir", "requires", "env", "progress_regex", "progress_total",
-                          "model", "method", "seq_len", "micro_batch_size"}),
+                          "model", "method", "seq_len", "micro_batch_size", "grad_accum_steps"}),
 }
 
 

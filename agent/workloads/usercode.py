@@ -6,6 +6,9 @@ rank keeps torchrun's environment and pid, and first:
 
 - registers the SIGUSR1 stack dump (the launcher's dump before a stall stop) and dies with torchrun;
 - prints the ``started`` line (rank, local rank, world size, pid) so the run record knows who ran where;
+- sets this rank's own batch numbers (``FTWIZ_BALANCE``, ``FTWIZ_GLOBAL_BATCH``, ``FTWIZ_SAMPLES_PER_STEP``,
+  ``FTWIZ_MICRO_BATCH``, ``FTWIZ_GRAD_ACCUM``) from the launch plan's table in ``job.json`` (its node, its local
+  rank): torchrun gives every rank of a node the same environment, so the per-rank values are resolved here;
 - with ``[job].progress_regex``, copies each matching stdout line as a ``progress`` line;
 - on global rank 0, tails LLaMA-Factory's ``<output_dir>/trainer_log.jsonl`` (``output_dir`` from the
   YAML in the command, else ``[job].output_dir``) and prints its records as ``progress`` lines.
@@ -54,9 +57,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     root = code_root(spec, os.path.dirname(os.path.abspath(args.spec)))
     os.chdir(root)
     rank = _env_int("RANK")
+    balance = set_balance_env(spec, os.environ.get("FTWIZ_NODE", ""), _env_int("LOCAL_RANK"), os.environ)
+    started: dict[str, Any] = {"balance": balance} if balance is not None else {}
     emit("started", rank=rank, local_rank=_env_int("LOCAL_RANK"), world_size=_env_int("WORLD_SIZE", 1),
          local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), hostname=socket.gethostname(), backend=None, pid=os.getpid(),
-         workload="command")
+         workload="command", **started)
     pattern = spec.get("progress_regex")
     tee = RegexTee(sys.stdout, re.compile(pattern), rank) if pattern else None
     if tee is not None:
@@ -71,6 +76,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     finally:
         if tee is not None:
             tee.finish()
+
+
+def set_balance_env(spec: dict[str, Any], node: str, local_rank: int, environ: Any) -> Optional[dict[str, str]]:
+    """Put this rank's ``FTWIZ_*`` batch numbers (``job.json`` → ``balance_env[node][local_rank]``) into ``environ``;
+    returns them (None when the plan sets none: ``balance = "off"`` with no batch declared)."""
+    table = spec.get("balance_env")
+    if not isinstance(table, dict):
+        return None
+    ranks = table.get(node) or []
+    if not 0 <= local_rank < len(ranks) or not isinstance(ranks[local_rank], dict):  # never silently different: say it
+        emit("note", rank=_env_int("RANK"), message=f"balance: the launch planned {len(ranks)} rank(s) on node {node or '?'}, "
+             f"none for local rank {local_rank}: FTWIZ_* batch variables not set on this rank")
+        return None
+    mine = {str(k): str(v) for k, v in ranks[local_rank].items()}
+    environ.update(mine)
+    return mine
 
 
 def code_root(spec: dict[str, Any], rundir: str) -> str:

@@ -74,6 +74,13 @@ def test_nodes_of_one_card_model_are_not_probed() -> None:
     (row,) = asyncio.run(balance(context([node("a"), node("b", gpus=2)], {"a": 1, "b": 2}, client, card="RTX 3060")))
     assert row.status == "pass" and not row.hint and not client.asked, (row, client.asked)
     assert "every rank runs on RTX 3060" in row.detail and "no compute probe" in row.detail
+    assert ctx_figures(client, card="RTX 3060").rates is None  # the launch then splits your code's batch uniformly, saying why
+
+
+def ctx_figures(client: Any, card: str) -> Any:
+    ctx = context([node("a"), node("b", gpus=2)], {"a": 1, "b": 2}, client, card=card)
+    asyncio.run(balance(ctx))
+    return ctx.notes["compute"]
 
 
 def node(name: str, host: str = "10.0.0.1", **kw: Any) -> NodeConfig:
@@ -99,6 +106,7 @@ def test_even_nodes_pass_without_advice_and_a_node_without_torch_is_named() -> N
     (row,) = asyncio.run(balance(ctx))
     assert row.status == "pass" and not row.hint
     assert "balanced: 1.00x" in row.detail and "not measured: c: No module named 'torch'" in row.detail
+    assert ctx.notes["compute"].rates == {"a": (10.0,), "b": (10.0,)} and "c: No module named 'torch'" in ctx.notes["compute"].note
 
 
 def test_skips_one_rank_and_nothing_measured() -> None:
@@ -109,11 +117,14 @@ def test_skips_one_rank_and_nothing_measured() -> None:
     assert row.status == "skip" and "torch" in row.hint
 
 
-def test_your_own_code_gets_the_figures_without_the_recipe_advice() -> None:
+def test_your_own_code_is_told_to_read_its_share() -> None:
     ctx = context([node("a"), node("b")], {"a": 1, "b": 1}, FakeClient({"a": 10.0, "b": 2.0}),
                   job=JobConfig(workload="command", command=["train.py"]))
     (row,) = asyncio.run(balance(ctx))
-    assert row.status == "pass" and "balanced: 3.00x" in row.detail and not row.hint
+    assert row.status == "pass" and "balanced: 3.00x" in row.detail
+    assert 'balance = "auto"' in row.hint and "FTWIZ_MICRO_BATCH" in row.hint
+    # what the launch gets (ChecklistRun.compute): each node's per-rank figures, for balance = "auto" of your own code
+    assert ctx.notes["compute"].rates == {"a": (10.0,), "b": (2.0,)}
 
 
 def test_nodes_on_one_host_take_turns_and_other_hosts_measure_at_once() -> None:

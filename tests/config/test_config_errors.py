@@ -103,3 +103,10 @@ def test_valid_config_parses():
     config = parse_config(NODE + 'gpus = [0, 1]\n[job]\nmethod = "lora"\n')
     assert config.nodes[0].gpus == [0, 1] and config.job.method == "lora"
     assert config.master.name == "node0"
+
+
+def test_balance_auto_for_your_own_code_needs_a_declared_batch():
+    err = _error(NODE + '[job]\nworkload = "command"\ncommand = ["train.py"]\nbalance = "auto"\n')
+    assert (err.field, err.line) == ("job.balance", 7)
+    assert "declare micro_batch_size and grad_accum_steps" in err.message and 'balance = "off"' in err.message
+    parse_config(NODE + '[job]\nworkload = "command"\ncommand = ["train.py"]\nbalance = "auto"\ngrad_accum_steps = 4\n', "ftwiz.toml")

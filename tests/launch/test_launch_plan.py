@@ -119,3 +119,32 @@ def test_the_launch_takes_what_the_checklist_approved_and_estimates_nothing(tmp_
         job = json.loads(files["job.json"])
         assert (job["sharding"], job["sharding_reason"]) == checked.sharding
         assert "export GLOO_SOCKET_IFNAME=approved0" in files[f"{node}.sh"].decode()
+
+
+@pytest.mark.parametrize(("compute", "samples", "why"), [
+    # the checklist's probe: node a twice as fast as b and c -> a takes half of the 12 samples of each step
+    (SimpleNamespace(rates={"a": (2.0,), "b": (1.0,), "c": (1.0,)}, note=""), [6, 3, 3], "in proportion to the compute probe"),
+    (None, [4, 4, 4], "uniform split: no checklist ran before the launch"),
+    (SimpleNamespace(rates=None, note="every rank runs on H100 (no node sets the pace)"), [4, 4, 4],
+     "uniform split: every rank runs on H100"),
+])
+def test_your_codes_shares_come_from_the_checklists_probe_into_each_nodes_job(tmp_path, compute, samples, why):
+    config, reports = _three_nodes(tmp_path)
+    config.job = config.job.model_copy(update={"balance": "auto", "micro_batch_size": 2, "grad_accum_steps": 2})
+    config.job.model_fields_set.update({"micro_batch_size", "grad_accum_steps"})
+    prepared, _ = new_run(config, options=Driven(tmp_path).options, reports=reports, resume=False,
+                          checked=SimpleNamespace(results=[], sync=None, network_env=None, sharding=None, compute=compute))
+    assert prepared.launcher.compute is compute
+    prepared.record.close()
+    d = _launch_and_finish(tmp_path, config, reports=reports, compute=compute)
+    got = []
+    for node in NODES:
+        job = json.loads((d.fake.nodes[node].files or {})["job.json"])
+        (mine,) = job["balance_env"][node]  # one rank per node: its FTWIZ_* numbers, read by the user-code runner
+        assert mine["FTWIZ_BALANCE"] == "auto" and mine["FTWIZ_GLOBAL_BATCH"] == "12"
+        assert int(mine["FTWIZ_MICRO_BATCH"]) * int(mine["FTWIZ_GRAD_ACCUM"]) == int(mine["FTWIZ_SAMPLES_PER_STEP"])
+        got.append(int(mine["FTWIZ_SAMPLES_PER_STEP"]))
+    assert got == samples
+    balance = d.record()["balance"]
+    assert [r["samples_per_step"] for r in balance["ranks"]] == samples and why in balance["why"]
+    assert any(why in str(event) for event in d.events), "the launch log says how the split was made"

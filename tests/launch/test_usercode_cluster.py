@@ -231,3 +231,43 @@ def test_a_detached_user_script_is_attached_with_its_progress_then_stopped(clust
     attached.join(60)
     assert not attached.is_alive() and codes
     assert wait_until(lambda: not run_pids(run_id), 30), run_pids(run_id)
+
+
+def test_balance_auto_gives_each_rank_of_your_code_its_share(cluster3, tmp_path):
+    """balance = "auto" for your own code: the shares come from the compute probe's figures (given here as the
+    checklist would hand them on: the namespace nodes share one CPU, so the checklist itself measures nothing),
+    each rank's script reads its own from FTWIZ_* (two ranks on node0: resolved per local rank), and what each
+    printed is what run.json's ``balance`` says of that rank."""
+    from shared.computeplan import ProbeFigures
+
+    config = cluster3.config(workload="command", command=["balanced_loop.py"], code_dir=str(SCRIPTS), balance="auto",
+                             micro_batch_size=4, grad_accum_steps=2, progress_regex=REGEX)
+    for node, count in zip(config.nodes, (2, 1, 1), strict=True):
+        node.gpus = count
+    figures = ProbeFigures({"node0": (2.0, 2.0), "node1": (1.0,), "node2": (0.5,)})
+    run = make_run(config, tmp_path, compute=figures)
+    watched = RunThread(run).start()
+    result = watched.join(240)
+    assert result.status == "succeeded" and result.exit_code == 0, (result, watched.notes())
+
+    record = json.loads((tmp_path / "runs" / run.run_id / "run.json").read_text())
+    balance = record["balance"]
+    assert balance["mode"] == "auto" and balance["global_batch"] == 4 * 2 * 4 and "compute probe" in balance["why"]
+    planned = {(r["node"], r["local_rank"]): r for r in balance["ranks"]}
+    assert sorted(planned) == [("node0", 0), ("node0", 1), ("node1", 0), ("node2", 0)]
+    assert sum(r["samples_per_step"] for r in planned.values()) == 32
+    assert planned[("node0", 0)]["samples_per_step"] > planned[("node2", 0)]["samples_per_step"]  # not the uniform 8 each
+    assert any("balance auto: samples per step" in note for note in watched.notes())
+    read = {}
+    for name in ("node0", "node1", "node2"):
+        for line in (tmp_path / "runs" / run.run_id / f"{name}.log").read_text().splitlines():
+            if "balance-env " in line:
+                fields = dict(part.split("=", 1) for part in line.split("balance-env ", 1)[1].split())
+                read[(fields["node"], int(fields["local_rank"]))] = fields
+    assert sorted(read) == sorted(planned), read
+    for key, row in planned.items():
+        got = read[key]
+        assert int(got["rank"]) == row["rank"], (key, got, row)  # the global rank, named in run.json when the rank started
+        assert (got["mode"], int(got["global"]), int(got["samples"]), int(got["micro"]), int(got["accum"])) == \
+            ("auto", 32, row["samples_per_step"], row["micro_batch"], row["accum"]), (key, got, row)
+    assert not run_pids(run.run_id)

@@ -15,7 +15,8 @@ CASES = [
     pytest.param([(A, (12.0,)), (B, (8.0,)), (C, (8.0,))], "sft", "off", (B, 28 / 24, False), id="12+8+8: 1.17x, under the bar"),
     pytest.param([(A, (12.0,)), (B, (8.0,))], "sft", "off", (B, 1.25, True), id="exactly 1.25x recommends"),
     pytest.param([(A, (10.0,)), (B, (5.0,))], "sft", "auto", (B, 1.5, False), id="already auto: nothing to recommend"),
-    pytest.param([(A, (10.0,)), (B, (5.0,))], "command", "off", (B, 1.5, False), id="your own code: no recipe to switch"),
+    pytest.param([(A, (10.0,)), (B, (5.0,))], "command", "off", (B, 1.5, True), id="your own code: it can read its share"),
+    pytest.param([(A, (10.0,)), (B, (5.0,))], "allreduce", "off", (B, 1.5, False), id="allreduce: nothing to balance"),
     pytest.param([(A, (10.0, 2.0)), (B, (5.0,))], "sft", "off", (A, 17 / 6, True), id="the slowest GPU inside a node bounds it"),
     pytest.param([(A, ()), (B, (4.0, 4.0))], "sft", "off", (B, 1.0, False), id="a node without ranks is passed over"),
 ]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.workloads.helpers import PACKAGE, SOURCE, workload_env
+from tui.launch.support import SHIPPED_SHARED
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +18,8 @@ def rundir(tmp_path_factory) -> Path:
     """A run dir holding ``ftwiz_workloads``, copied from agent/workloads as the launcher does."""
     root = tmp_path_factory.mktemp("rundir")
     shutil.copytree(SOURCE, root / PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copyfile(SOURCE.parents[1] / "shared" / "protocol.py", root / PACKAGE / "_wire.py")  # as tui.launch.support ships it
+    for module, name in SHIPPED_SHARED.items():  # as tui.launch.support ships them
+        shutil.copyfile(SOURCE.parents[1] / Path(*module.split(".")).with_suffix(".py"), root / PACKAGE / name)
     return root
 
 

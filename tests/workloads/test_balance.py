@@ -1,7 +1,8 @@
 """``balance = "auto"``: the share planner (tables), and the same mathematics as one process on the whole batch.
 
-The gradient test runs two gloo ranks on CPU (DDP over a tiny random Llama) with unequal shares of one global
-batch and compares the averaged gradients with a single process's gradients of ``Σ per-sample loss / batch``.
+The gradient test runs two gloo ranks on CPU (DDP, and FSDP2 sharded as the recipe shards, over a tiny random
+Llama) with unequal shares of one global batch and compares the averaged gradients (under FSDP the gathered full
+tensors) with a single process's gradients of ``Σ per-sample loss / batch``.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _batch(samples):
     return PaddingCollator(0)([{"input_ids": s} for s in samples])
 
 
-def _rank_main(rank: int, world: int, port: int, out: str) -> None:
+def _rank_main(rank: int, world: int, port: int, out: str, sharding: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -113,16 +114,32 @@ def _rank_main(rank: int, world: int, port: int, out: str) -> None:
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     samples = _samples()
-    shares = plan_shares(len(samples), [1.0, 2.0], [1, 3], ["a", "b"])  # rank 0: 3 samples, 1 per micro-step; rank 1: 5
-    model = torch.nn.parallel.DistributedDataParallel(_model())
+    fsdp = sharding == "fsdp"
+    # DDP: rank 0 takes 3 samples, 1 per micro-step; rank 1 takes 5. FSDP: the same micro-steps on each (3), so
+    # rank 0 runs 3 micro-batches of 1 and rank 1 micro-batches of 2, 2 and 1: unequal shares and unequal sizes
+    shares = plan_shares(len(samples), [1.0, 2.0], [1, 3], ["a", "b"], same_accum=fsdp)
+    assert [s.samples_per_step for s in shares] == [3, 5]
+    if fsdp:
+        from agent.workloads.dist import Ranks
+        from agent.workloads.fsdp import shard
+
+        model = _model()
+        shard(model, Ranks(rank, rank, world, world), "gloo", compute_dtype=None, offload=False)  # as the recipe shards
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(_model())
     slices = step_slices(shares, rank)
     for micro, (start, stop) in enumerate(slices):
         sync = micro == len(slices) - 1
-        with model.no_sync() if not sync else _nothing():
+        if fsdp:
+            model.set_requires_gradient_sync(sync)  # as the Balancer does: reduce-scatter once, in the last backward
+        with model.no_sync() if not sync and not fsdp else _nothing():
             loss, _ = weighted_loss(model, _batch(samples[start:stop]), world_size=world, global_batch=len(samples))
             loss.backward()
+    # FSDP: each rank holds a shard of every gradient; gather the full tensors (a collective: every rank)
+    grads = {name: p.grad.full_tensor() if fsdp else p.grad
+             for name, p in (model if fsdp else model.module).named_parameters()}
     if rank == 0:
-        torch.save({name: p.grad for name, p in model.module.named_parameters()}, out)
+        torch.save(grads, out)
     dist.barrier()  # neither rank tears down while the other still talks to it
     dist.destroy_process_group()
     # Leave as the workloads do (agent/workloads/__main__.py exit_now): a rank was seen killed by SIGABRT in the
@@ -146,7 +163,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_unequal_shares_give_the_single_process_gradient(tmp_path: Path):
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_unequal_shares_give_the_single_process_gradient(tmp_path: Path, sharding: str):
     import torch
     import torch.multiprocessing as mp
 
@@ -154,7 +172,7 @@ def test_unequal_shares_give_the_single_process_gradient(tmp_path: Path):
 
     out = str(tmp_path / "grads.pt")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_rank_main, args=(2, _free_port(), out), nprocs=2, join=True)
+    mp.spawn(_rank_main, args=(2, _free_port(), out, sharding), nprocs=2, join=True)
     balanced = torch.load(out)
     reference = _model()
     samples = _samples()

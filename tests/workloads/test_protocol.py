@@ -67,21 +67,24 @@ def test_package_uses_only_relative_imports():
                 roots = {(node.module or "").split(".")[0]}
             else:
                 continue
-            if path.name == "protocol.py" and roots == {"shared"}:
+            if path.name in ("protocol.py", "balance.py") and roots == {"shared"}:
                 continue  # the repository fallback behind the shipped copy (see the test below)
             assert not roots & forbidden, f"{path.name}:{node.lineno} imports {roots & forbidden}: use relative imports"
 
 
 def test_shipped_package_carries_the_shared_protocol(tmp_path):
-    """On a node the workloads import the protocol from the shipped copy of shared/protocol.py, not ``shared``."""
+    """On a node the workloads import the protocol and the balance plan from the shipped copies of
+    shared/protocol.py and shared/balanceplan.py, not ``shared``."""
     from tui.launch.support import workload_files
 
     files = workload_files()
     assert files["ftwiz_workloads/_wire.py"] == (REPO / "shared" / "protocol.py").read_bytes()
+    assert files["ftwiz_workloads/_balanceplan.py"] == (REPO / "shared" / "balanceplan.py").read_bytes()
     for name, data in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
     code = ("import ftwiz_workloads.protocol as p; assert p.format_line.__module__ == 'ftwiz_workloads._wire', p.format_line.__module__; "
+            "import ftwiz_workloads.balance as b; assert b.plan_shares.__module__ == 'ftwiz_workloads._balanceplan', b.plan_shares.__module__; "
             "p.emit('progress', step=1)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

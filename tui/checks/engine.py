@@ -81,6 +81,9 @@ class ChecklistRun:
     The launch uses it as it is, so it never runs with an environment other than the one checked."""
     sharding: Optional[tuple[str, str]] = None
     """``(sharding, why)`` as ``mem.fit`` decided it (:func:`shared.fit.choose_sharding`); None when it did not."""
+    compute: Optional[Any] = None
+    """What ``plan.balance`` measured (:class:`shared.computeplan.ProbeFigures`), or why nothing; None when it did not run.
+    ``balance = "auto"`` for your own code splits each step's samples by it (:func:`shared.balanceplan.plan_command`)."""
 
     @property
     def ok(self) -> bool:
@@ -170,7 +173,7 @@ async def run_checklist_full(
     return ChecklistRun(rows, statuses, outcomes, time.monotonic() - started,
                         rendezvous_listener_until=ctx.notes.get("rendezvous_listener_until"),
                         mesh=ctx.notes.get("mesh"), mesh_run=ctx.notes.get("mesh_run"), sync=ctx.notes.get("sync"),
-                        network_env=_approved_env(config, ctx), sharding=ctx.notes.get("sharding"))
+                        network_env=_approved_env(config, ctx), sharding=ctx.notes.get("sharding"), compute=ctx.notes.get("compute"))
 
 
 def _approved_env(config: FtwizConfig, ctx: CheckContext) -> Optional[dict[str, dict[str, str]]]:

@@ -113,12 +113,15 @@ async def balance(ctx: CheckContext) -> list[CheckResult]:
     if job.workload == "allreduce":
         return [result("plan.balance", title, "skip", None, "workload allreduce: no training to pace")]
     if world_size(ctx.config, ctx.reports) < 2:
+        ctx.notes["compute"] = computeplan.ProbeFigures(None, "one rank")
         return [result("plan.balance", title, "skip", None, "one rank: nothing to balance")]
     same = _one_device_kind(ctx)
     if same is not None:  # nothing to time: every rank computes on the same kind of device with the same threads
+        ctx.notes["compute"] = computeplan.ProbeFigures(None, f"every rank runs on {same} (no node sets the pace)")
         return [result("plan.balance", title, "pass", None, f"every rank runs on {same}: no node sets the pace; "
                        "a uniform split is balanced (no compute probe needed)")]
     measured, missing = await ctx.memo("compute-probe", lambda: _probe_compute(ctx))
+    ctx.notes["compute"] = computeplan.ProbeFigures.of(measured, missing)  # the launch plans your own code's shares with it
     if not measured:
         return [result("plan.balance", title, "skip", None, "no node measured: " + "; ".join(missing),
                        "the compute probe needs torch in each node's training interpreter")]
@@ -127,7 +130,10 @@ async def balance(ctx: CheckContext) -> list[CheckResult]:
     if missing:
         detail += "; not measured: " + "; ".join(missing)
     hint = ""
-    if plan.recommend:
+    if plan.recommend and job.workload == "command":
+        hint = (f'set [job] balance = "auto" and have your code read FTWIZ_MICRO_BATCH and FTWIZ_GRAD_ACCUM: the slow ranks then '
+                f'train on fewer samples per step (≈{plan.balanced:.2f}x at best; README "Balancing your own code")')
+    elif plan.recommend:
         hint = f'set [job] balance = "auto": the slow ranks then train on fewer samples per step (≈{plan.balanced:.2f}x at best)'
     elif job.balance == "auto" and plan.balanced < 1 + 0.1:
         detail += "; balance auto will keep the uniform split (ranks within 10 %)"

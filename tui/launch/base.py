@@ -236,6 +236,8 @@ class RunCore:
                 started = obj.get("rank", rank)
                 if isinstance(started, int):
                     self.supervisor.rank_reached(started)
+                    if isinstance(obj.get("balance"), dict):  # your own code's rank read its share: its global rank is known now
+                        self._balance_rank(node, obj.get("local_rank"), started)
                 self._save_ranks()
             elif kind in ("checkpoint", "done"):
                 if isinstance(obj.get("throughput"), dict):
@@ -252,6 +254,14 @@ class RunCore:
             code = (self.record.model.model_extra or {}).get("code") or {}
             self._code_map = (rundirs, CodePathMap.for_run(rundirs, code.get("root") if isinstance(code, dict) else None))
         return self._code_map[1]
+
+    def _balance_rank(self, node: str, local_rank: Any, rank: int) -> None:
+        """Name the global rank of ``node``'s ``local_rank`` in ``run.json``'s ``balance.ranks`` (planned before launch)."""
+        balance = self.record.model.balance
+        if not isinstance(balance, dict):
+            return
+        ranks = [dict(r, rank=rank) if r.get("node") == node and r.get("local_rank") == local_rank else r for r in balance.get("ranks", [])]
+        self.record.update(balance={**balance, "ranks": ranks}, save=False)
 
     def _save_ranks(self) -> None:
         self.record.update(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from functools import partial
-from typing import Mapping, NoReturn
+from typing import Any, Mapping, NoReturn
 
 from tui.codeship import CodeDirError
 from tui.exitcodes import EXIT_FAILED
@@ -38,6 +38,7 @@ class Launcher:
         *,
         network_env: "Mapping[str, Mapping[str, str]] | None",
         sharding: "Sharding | None",
+        compute: "Any",
         start_not_before: "float | None",
     ) -> None:
         self.core = core
@@ -45,6 +46,8 @@ class Launcher:
         #: The interface environment and the sharding the checklist approved; None: planned once, at launch.
         self.network_env = network_env
         self.sharding = sharding
+        #: The checklist's compute probe (:class:`shared.computeplan.ProbeFigures`): your own code's balance shares.
+        self.compute = compute
         #: Every decision of the launch, made once (:class:`~tui.launch.launchplan.LaunchPlan`); None until launched.
         self.launch_plan: "LaunchPlan | None" = None
         self.resume = bool(core.record.model.resume)
@@ -113,7 +116,7 @@ class Launcher:
         try:
             plan = build_launch_plan(
                 self.core.config, run_id=self.core.run_id, rundirs={name: r.rundir_abs or "" for name, r in self.core.runners.items()},
-                reports=self.core.reports, network_env=self.network_env, sharding=self.sharding, package=package,
+                reports=self.core.reports, network_env=self.network_env, sharding=self.sharding, compute=self.compute, package=package,
                 resume=self.resume, output_dir=self.output_dir,
                 config_dir=os.path.dirname(config_source) if config_source else None,
             )
@@ -124,6 +127,8 @@ class Launcher:
             self.core.plans[name] = node.plan
             self.core.record.update_node(name, save=False, **node.record)
         self.core.record.update(**plan.run_record)
+        if plan.balance is not None:
+            self.core.note(plan.balance.summary())
         return plan
 
     def _wait_for_go(self) -> None:

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
+from shared.balanceplan import CommandBalance, plan_command
 from shared.config import FtwizConfig
 from shared.redact import masked_env
 from tui.codeship import CodeBundle, bundle_for_run, resolve_code_dir
 from tui.launch.plan import NodePlan, Payload, build_plan, start_script
 
-__all__ = ["LaunchPlan", "NodeSlice", "Sharding", "build_launch_plan"]
+__all__ = ["LaunchPlan", "NodeSlice", "Sharding", "build_launch_plan", "command_balance"]
 
 Sharding = tuple[str, str]
 """``(sharding, why)``: what ``sharding = "auto"`` became, and the reason the workload prints."""
@@ -55,7 +56,9 @@ class LaunchPlan:
     nodes: Mapping[str, NodeSlice]
     """Each node's slice, in config order."""
     run_record: Mapping[str, Any] = field(default_factory=dict)
-    """Top-level fields for ``run.json`` (what code was shipped)."""
+    """Top-level fields for ``run.json`` (what code was shipped, your own code's balance shares)."""
+    balance: Optional[CommandBalance] = None
+    """``workload = "command"``: each rank's ``FTWIZ_*`` batch numbers (:func:`command_balance`); None otherwise."""
 
     def payload(self, node: str) -> Payload:
         """What ``node``'s launch exec receives: the package and its own files, then the code tar streamed from disk."""
@@ -75,11 +78,13 @@ def build_launch_plan(
     resume: bool,
     output_dir: str,
     config_dir: Optional[str] = None,
+    compute: Optional[Any] = None,
 ) -> LaunchPlan:
     """The plan for a run of ``config`` whose nodes hold their run dirs at ``rundirs`` (absolute, on each node).
 
     ``network_env`` and ``sharding`` are the checklist's when it ran (:class:`tui.checks.engine.ChecklistRun`);
-    ``sharding`` None with ``sharding = "auto"`` asks the estimator here, once. Raises
+    ``sharding`` None with ``sharding = "auto"`` asks the estimator here, once. ``compute`` is the checklist's
+    probe (:class:`shared.computeplan.ProbeFigures`; None when it did not run): your own code's shares. Raises
     :class:`tui.codeship.CodeDirError` when the user's code cannot ship (over the cap, missing): nothing starts then.
     """
     gpus = {name: [g.index for g in getattr(r, "gpus", [])] for name, r in reports.items() if r is not None}
@@ -96,6 +101,9 @@ def build_launch_plan(
         spec["sharding"], spec["sharding_reason"] = sharding
     else:
         sharding = None
+    balance = command_balance(config, {p.node: p.nproc for p in plans}, compute)
+    if balance is not None and balance.sets_env:  # each rank's usercode runner sets its FTWIZ_* from this (torchrun gives one env per node)
+        spec["balance_env"] = {node: [balance.env(node, local) for local in range(len(ranks))] for node, ranks in balance.nodes.items()}
     slices = {}
     for mine in plans:
         rundir_abs = rundirs[mine.node]
@@ -114,6 +122,8 @@ def build_launch_plan(
         }
         slices[mine.node] = NodeSlice(mine, MappingProxyType(files), MappingProxyType(record))
     code, run_record = _user_code(config, run_id=run_id, config_dir=config_dir)
+    if balance is not None:
+        run_record["balance"] = balance.record()
     return LaunchPlan(
         run_id=run_id,
         master_address=config.master.host,
@@ -123,7 +133,22 @@ def build_launch_plan(
         code=code,
         nodes=MappingProxyType(slices),
         run_record=MappingProxyType(run_record),
+        balance=balance,
     )
+
+
+def command_balance(config: FtwizConfig, ranks: Mapping[str, int], compute: Optional[Any]) -> Optional[CommandBalance]:
+    """Your own code's batch numbers per rank (``workload = "command"`` only): with ``balance = "auto"`` split by
+    the checklist's compute probe (``compute.rates``), otherwise (or without figures) uniform, saying why."""
+    job = config.job
+    if job.workload != "command":
+        return None
+    rates = getattr(compute, "rates", None)
+    no_rates = (getattr(compute, "note", "") or "the compute probe measured nothing") if compute is not None else \
+        "no checklist ran before the launch, so no compute probe"
+    declared = bool({"micro_batch_size", "grad_accum_steps"} & job.model_fields_set)
+    return plan_command(job.balance, ranks, micro_batch=job.micro_batch_size, grad_accum=job.grad_accum_steps,
+                        rates=rates, no_rates=no_rates, declared=declared)
 
 
 def _user_code(config: FtwizConfig, *, run_id: str, config_dir: Optional[str]) -> tuple[Optional[CodeBundle], dict[str, Any]]:

@@ -10,7 +10,10 @@ from typing import Any, Mapping, Optional
 from shared.config import FtwizConfig
 from tui.launch.plan import WORKLOAD_PACKAGE
 
-__all__ = ["agent_stop", "explain", "plan_network", "workload_files"]
+__all__ = ["SHIPPED_SHARED", "agent_stop", "explain", "plan_network", "workload_files"]
+
+#: The pure ``shared`` modules the workloads import on a node, and the name each is shipped under in the package.
+SHIPPED_SHARED = {"shared.protocol": "_wire.py", "shared.balanceplan": "_balanceplan.py"}
 
 
 def workload_files() -> dict[str, bytes]:
@@ -23,13 +26,13 @@ def workload_files() -> dict[str, bytes]:
     for path in sorted(root.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".jinja", ".txt"):
             files[f"{WORKLOAD_PACKAGE}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
-    # The line protocol is defined in shared/ (the controller parses with it); the nodes have no
-    # ``shared`` package, so it travels beside the workloads (agent/workloads/protocol.py imports it).
-    wire_spec = importlib.util.find_spec("shared.protocol")
-    if wire_spec is None or wire_spec.origin is None:
-        raise RuntimeError("the line protocol (shared/protocol.py) is not installed beside ftwiz")
-    wire = Path(wire_spec.origin)
-    files[f"{WORKLOAD_PACKAGE}/_wire.py"] = wire.read_bytes()
+    # The line protocol and the balance plan are defined in shared/ (the controller uses them too); the nodes have
+    # no ``shared`` package, so they travel beside the workloads (agent/workloads/protocol.py, balance.py import them).
+    for module, name in SHIPPED_SHARED.items():
+        found = importlib.util.find_spec(module)
+        if found is None or found.origin is None:
+            raise RuntimeError(f"{module} ({module.replace('.', '/')}.py) is not installed beside ftwiz")
+        files[f"{WORKLOAD_PACKAGE}/{name}"] = Path(found.origin).read_bytes()
     if f"{WORKLOAD_PACKAGE}/__main__.py" not in files:
         raise RuntimeError(f"the workloads package at {root} has no __main__.py")
     return files

@@ -120,7 +120,9 @@ class RunRecordModel(BaseModel):
     """The checklist's gradient-sync forecast (``shared.syncplan.SyncForecast``); ``progress.sync_s`` is what the run measured."""
     balance: Optional[dict[str, Any]] = None
     """``[job] balance = "auto"``: ``{"mode", "ranks": [{"rank", "node", "samples_per_step", "micro_batch", "accum"}]}``,
-    the shares the run last fixed (after calibration, again after a drift)."""
+    the shares the run last fixed (after calibration, again after a drift). Your own code (``workload = "command"``):
+    ``{"mode", "global_batch", "why", "ranks": [{"rank", "node", "local_rank", ...}]}``, planned before launch, each
+    ``rank`` named when that rank starts (the ``FTWIZ_*`` numbers it read)."""
     throughput: Optional[dict[str, Any]] = None
     """``{"tokens_per_s", "steps"}``: every rank's tokens over the time since the end of the first step (balanced runs)."""
     straggler: Optional[dict[str, Any]] = None

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 
 import torch
 from transformers import (
@@ -37,7 +38,10 @@ def main():
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(args.model)
     training = TrainingArguments(
-        output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=2, learning_rate=5e-4,
+        output_dir=args.output_dir, max_steps=args.max_steps, learning_rate=5e-4,
+        # this rank's share when ftwiz balances ([job] balance = "auto"); set on every rank once the batch is declared
+        per_device_train_batch_size=int(os.environ.get("FTWIZ_MICRO_BATCH", "2")),
+        gradient_accumulation_steps=int(os.environ.get("FTWIZ_GRAD_ACCUM", "1")),
         logging_steps=1, save_steps=args.max_steps, report_to=[], use_cpu=not torch.cuda.is_available(), seed=0,
         dataloader_num_workers=0,
     )
