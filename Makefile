@@ -47,7 +47,7 @@ sysdeps:
 	fi
 
 # ruff and mypy over the shipped code; their settings live in pyproject.toml, their versions in constraints.txt.
-LINT_PATHS := agent tui shared
+LINT_PATHS := agent tui shared nodeside
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/mypy $(LINT_PATHS)

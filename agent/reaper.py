@@ -1,5 +1,5 @@
 """Stop every process of a run on this node: the ones whose environment holds ``FTWIZ_RUN_ID`` (and
-``FTWIZ_NODE`` naming this node: the same rule as the node helper's, :mod:`agent.procmatch`).
+``FTWIZ_NODE`` naming this node: the same rule and the same /proc reader as the node helper's, :mod:`nodeside.procmatch`).
 
 The launcher starts each node's torchrun in its own session, so a matching process normally
 leads a process group made only of the run's processes; the whole group gets the signal. A
@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from agent.procmatch import RUN_ENV, RUN_ID_PATTERN, alive, run_processes, stat_fields
+from nodeside.procmatch import alive, run_processes, stat_fields
 from shared.models import KilledProcess, RunStopResult
 
-__all__ = ["RUN_ID_PATTERN", "RUN_ENV", "find_run_processes", "stop_run"]
+__all__ = ["find_run_processes", "stop_run"]
 
 _POLL_S = 0.05
 

@@ -27,13 +27,12 @@ from shared.config_errors import (
     syntax_detail,
 )
 from shared.job_command import REQUIREMENT_RE, RESERVED_ENV, check_command, check_progress_regex
+from shared.nodewire import valid_node_name
 
 DEFAULT_AGENT_PORT = 8462
 DEFAULT_RENDEZVOUS_PORT = 29500
 DEFAULT_TOKEN_FILE = "~/.config/ftwiz/agent.token"
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-"""Node and cluster names: file names on every node (matched whole, so never with a trailing newline)."""
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """Environment variable names (matched whole)."""
 
@@ -80,7 +79,7 @@ class NodeConfig(_Section):
     @field_validator("name")
     @classmethod
     def _name_ok(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
+        if not valid_node_name(value):
             raise ValueError("use letters, digits, '.', '_' or '-' (at most 63), starting with a letter or digit")
         return value
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from shared.nodewire import NODE_ENV, RUN_ENV
+
 __all__ = ["PROGRESS_GROUPS", "REQUIREMENT_RE", "RESERVED_ENV", "check_command", "check_progress_regex"]
 
 #: One pip requirement: a name, optional extras, optional version specifiers (PEP 508 without markers).
 REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]+\])?\s*((===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*(,\s*(===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?$")
 #: Environment torchrun or ftwiz sets for every rank: ``[job].env`` may not override it.
 RESERVED_ENV = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
-                          "MASTER_PORT", "TORCHELASTIC_RUN_ID", "FTWIZ_RUN_ID", "FTWIZ_NODE", "CUDA_VISIBLE_DEVICES"})
+                          "MASTER_PORT", "TORCHELASTIC_RUN_ID", RUN_ENV, NODE_ENV, "CUDA_VISIBLE_DEVICES"})
 #: Named groups ``progress_regex`` may use.
 PROGRESS_GROUPS = ("step", "total", "loss", "lr", "epoch")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")

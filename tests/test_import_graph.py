@@ -8,12 +8,17 @@ re-exports or registers its own submodules is not a circle).
 
 The rules:
 
-- no import circle between modules anywhere under ``agent/``, ``tui/`` and ``shared/`` (the app depends on its
-  screens, the screens on widgets, messages and state; never back);
+- no import circle between modules anywhere under ``agent/``, ``tui/``, ``shared/`` and ``nodeside/`` (the app
+  depends on its screens, the screens on widgets, messages and state; never back);
 - no circle between the packages of ``tui/`` (``tui.launch``, ``tui.checks``, ``tui.doctor``, ...; a module directly
   under ``tui/`` counts as its own package);
-- no class name defined twice (at module level) under ``agent/``, ``tui/`` and ``shared/``: one name per concept;
-- ``shared/`` is the pure contract and imports nothing from ``tui/`` or ``agent/``;
+- no class name defined twice (at module level) under ``agent/``, ``tui/``, ``shared/`` and ``nodeside/``: one name
+  per concept;
+- ``shared/`` is the pure contract and imports nothing from ``tui/``, ``agent/`` or ``nodeside/``;
+- the controller (``tui/``) never imports the agent daemon's package (``agent/``): what both sides need is in
+  ``shared/``, what runs on nodes outside the daemon in ``nodeside/``;
+- ``nodeside/`` runs under a node's plain interpreter: it and every project module it reaches import only the
+  standard library, and it reaches nothing of ``tui/`` or ``agent/``;
 - the controller (``tui/``) and the agent daemon (``agent/`` except ``agent/workloads/``) never import torch,
   directly or through any project module they import.
 """
@@ -21,13 +26,14 @@ The rules:
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("tui", "agent", "shared")
+PACKAGES = ("tui", "agent", "shared", "nodeside")
 HEAVY = ("torch",)
 
 # Known exceptions, each to be removed by the change that fixes it (the tests below fail once one is stale).
@@ -282,8 +288,26 @@ def test_no_class_name_defined_twice():
 def test_shared_imports_nothing_from_tui_or_agent():
     bad = [f"{_where(module, target)} imports {target}"
            for module in sorted(_in("shared")) for target, _ in IMPORTS[module]
-           if target.split(".")[0] in ("tui", "agent")]
+           if target.split(".")[0] in ("tui", "agent", "nodeside")]
     assert not bad, "shared/ is the pure contract; move what it needs into shared/:\n" + "\n".join(bad)
+
+
+def test_the_controller_never_imports_the_agent_daemon():
+    bad = [f"{_where(module, target)} imports {target}"
+           for module in sorted(_in("tui")) for target, _ in IMPORTS[module] if target.split(".")[0] == "agent"]
+    assert not bad, ("tui/ must not import agent/ (the daemon): a wire rule goes to shared/, node-side code to "
+                     "nodeside/:\n" + "\n".join(bad))
+
+
+def test_the_node_side_needs_only_the_standard_library():
+    reached = set().union(*(_reachable(module) for module in _in("nodeside")))
+    bad = [f"{MODULES[module].relative_to(ROOT)} is reached from nodeside/ (via {' -> '.join(_chain(start, module))})"
+           for module in sorted(reached) if module.split(".")[0] in ("tui", "agent")
+           for start in [next(s for s in sorted(_in("nodeside")) if module in _reachable(s))]]
+    bad += [f"{_where(module, target)} imports {target}, not the standard library"
+            for module in sorted(reached) for target, _ in IMPORTS[module]
+            if target not in MODULES and target.split(".")[0] not in sys.stdlib_module_names]
+    assert not bad, "nodeside/ runs under the node's plain python3 (-I -S): standard library only\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("side", ["tui", "agent daemon"])

@@ -6,24 +6,22 @@ from typing import Annotated, Optional
 from fastapi import APIRouter, Depends, Path, Query
 
 from shared.models import RunStopResult
+from shared.nodewire import NODE_ENV, NODE_NAME_PATTERN, RUN_ENV, RUN_ID_PATTERN
 
 from ..dependencies import get_state
-from ..reaper import RUN_ID_PATTERN, stop_run
+from ..reaper import stop_run
 from ..state import AgentState
-
-NODE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-"""Node names as the config allows them."""
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 
-@router.post("/{run_id}/stop", response_model=RunStopResult, summary="Stop the processes carrying FTWIZ_RUN_ID=run_id and FTWIZ_NODE=this node")
+@router.post("/{run_id}/stop", response_model=RunStopResult, summary=f"Stop the processes carrying {RUN_ENV}=run_id and {NODE_ENV}=this node")
 async def stop(
     run_id: Annotated[str, Path(pattern=RUN_ID_PATTERN, max_length=64, description="The run id the launcher set.")],
     state: AgentState = Depends(get_state),
     node: Annotated[
         Optional[str],
-        Query(pattern=NODE_NAME_PATTERN, max_length=128, description="The node name the launcher set as FTWIZ_NODE (default: this agent's --node-name)."),
+        Query(pattern=NODE_NAME_PATTERN, max_length=63, description=f"The node name the launcher set as {NODE_ENV} (default: this agent's --node-name)."),
     ] = None,
 ) -> RunStopResult:
     """SIGTERM to each process group of the run on this node, a grace period, then SIGKILL; reports what is left.

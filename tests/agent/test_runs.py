@@ -149,7 +149,7 @@ def test_worker_samples_carry_the_main_threads_cpu_demand() -> None:
     for one nearly all the time, a sleeper almost never (your own code's straggler is decided from them)."""
     import time
 
-    from agent.procmatch import proc_environ, stat_fields, worker_samples
+    from nodeside.procmatch import proc_environ, stat_fields, worker_samples
 
     env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0"}
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], env=env)

@@ -1,7 +1,7 @@
 """A scripted transport for the launch driver: fake nodes behind ``RunOptions.link_factory``, and a fake clock.
 
 The driver (:class:`tui.launch.run.Run`) talks to a node through a link (:mod:`tui.launch.links`): shell
-commands that run the node helper (:mod:`agent.nodeside`) and its framed stream (``R``, ``U``, ``P``, ``L``,
+commands that run the node helper (:mod:`nodeside.helper`) and its framed stream (``R``, ``U``, ``P``, ``L``,
 ``T``, ``X``). :class:`FakeCluster` answers those commands the way the helper would, from a script the
 test writes::
 
@@ -141,7 +141,7 @@ class FakeStream:
         return not self.live() or (not self.frames and self._waiting)
 
     def _take_stdin(self) -> None:
-        """The launch exchange (:func:`agent.nodeside.cmd_launch`): ``payload N`` + a tar, then ``go``."""
+        """The launch exchange (:func:`nodeside.helper.cmd_launch`): ``payload N`` + a tar, then ``go``."""
         node = self.node
         while True:
             line, sep, rest = self._stdin.partition(b"\n")
@@ -369,11 +369,12 @@ class FakeCluster:
 
 
 def _helper_args(command: str) -> Optional[list[str]]:
-    """The node helper's arguments in a command built by :func:`tui.launch.links.python_command` (None: not the helper)."""
+    """The node helper's arguments in a command built by :func:`tui.launch.nodecode.helper_command` (None: not the
+    helper): what follows ``-c <boot> <bundle>``."""
     words = shlex.split(command)
     if "-c" not in words:
         return None
-    return words[words.index("-c") + 2:]
+    return words[words.index("-c") + 3:]
 
 
 def _json(obj: Any) -> ExecResult:

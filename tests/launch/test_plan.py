@@ -149,9 +149,9 @@ def test_script_quotes_every_value_and_runs_in_sh(tmp_path):
 def _helper(*args: str, **kw) -> subprocess.Popen:
     import sys
 
-    from tui.launch.runner import NODESIDE_SOURCE
+    from tui.launch.nodecode import helper_argv
 
-    return subprocess.Popen([sys.executable, "-c", NODESIDE_SOURCE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, **kw)
+    return subprocess.Popen(helper_argv(sys.executable, *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, **kw)
 
 
 def test_node_helper_receives_the_job_and_starts_it_detached_on_go(tmp_path):

@@ -23,13 +23,13 @@ from typing import Iterator
 
 import pytest
 
-from agent.procmatch import start_time
+from nodeside.procmatch import start_time
 from shared.config import ClusterConfig, FtwizConfig, JobConfig, NodeConfig, default_config
 from tests.launch.conftest import run_pids, wait_until
 from tui.launch.options import RunOptions
 from tui.runs.record import RunRecord
 from tui.launch.run import Run
-from tui.launch.runner import NODESIDE_SOURCE
+from tui.launch.nodecode import helper_argv
 from tui.runs.index import index_path
 
 
@@ -130,8 +130,8 @@ def test_stop_of_a_live_run_leaves_a_group_whose_leader_started_at_another_time(
 
 
 def _kill_helper(run_id: str, node: str, pgid: int, started: int | None, rundir: Path) -> dict:
-    """The node helper's ``kill`` as the controller runs it (its source as ``python -c``)."""
-    argv = [sys.executable, "-I", "-S", "-c", NODESIDE_SOURCE, "kill", run_id, node, "1", str(pgid), str(rundir), "" if started is None else str(started)]
+    """The node helper's ``kill`` as the controller runs it (the node bundle, ``python -I -S -c <boot> <bundle>``)."""
+    argv = helper_argv(sys.executable, "kill", run_id, node, "1", str(pgid), str(rundir), "" if started is None else str(started))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

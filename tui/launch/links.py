@@ -4,14 +4,13 @@ Both links take *shell command strings* that the caller built from quoted pieces
 (:mod:`tui.launch.plan`), run them through the node's shell, and offer the same three operations:
 :meth:`exec` (run, collect), :meth:`stream` (a long-running command read line by line with a
 timeout, whose stdin the caller may write: that is how the job files travel, see
-:func:`agent.nodeside.cmd_launch`) and :meth:`close`. No SFTP: one exec per node carries the
+:func:`nodeside.helper.cmd_launch`) and :meth:`close`. No SFTP: one exec per node carries the
 upload, the start and the log stream, and works where an sshd has no sftp subsystem.
 A link belongs to the thread that created it; nothing here is shared across threads.
 """
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 import threading
 import time
@@ -277,11 +276,3 @@ def open_link(node: NodeConfig, cluster: ClusterConfig, *, timeout: Optional[flo
         return LocalLink(node)
     return SshLink(node, cluster, timeout=timeout)
 
-
-def python_command(python: str, source: str, *args: str) -> str:
-    """``<python> -I -S -c <source> ARGS...`` with every piece quoted (a leading ``~/`` in ``python`` expands)."""
-    from tui.launch.plan import quote_path
-
-    # -I -S: the helper needs only the standard library; skip site-packages and PYTHON* variables,
-    # which start faster and cannot be broken by the node's environment.
-    return " ".join([quote_path(python), "-I", "-S", "-c", shlex.quote(source), *(shlex.quote(a) for a in args)])

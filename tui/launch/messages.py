@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional, Union
 
+from shared import nodewire
+
 __all__ = [
     "AllocationEnded",
     "BackendNote",
@@ -53,10 +55,11 @@ class NodeEnding:
 
     @classmethod
     def parse(cls, text: str) -> "NodeEnding":
-        """``"0"`` / ``"137"`` / ``"gone"`` / ``"stopped"`` / ``"missing"`` / ``"aborted"`` → an ending."""
+        """An ``X`` frame's body, an exit code (``"0"``, ``"137"``) or a word of :data:`shared.nodewire.ENDINGS`
+        (``"gone"``, ``"stopped"``, ...), as an ending."""
         raw = text.strip()
-        named = {"gone": EndingKind.SIGNALLED, "stopped": EndingKind.STOPPED, "missing": EndingKind.MISSING,
-                 "aborted": EndingKind.ABORTED, "bad-payload": EndingKind.ABORTED}
+        named = {nodewire.GONE: EndingKind.SIGNALLED, nodewire.STOPPED: EndingKind.STOPPED, nodewire.MISSING: EndingKind.MISSING,
+                 nodewire.ABORTED: EndingKind.ABORTED, nodewire.BAD_PAYLOAD: EndingKind.ABORTED}
         if raw in named:
             return cls(named[raw], None, raw)
         try:

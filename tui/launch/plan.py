@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from shared.config import FtwizConfig, NodeConfig
+from shared.nodewire import NODE_ENV, RUN_ENV, payload_header
 from shared.redact import masked_env
 from tui.jobshape import node_processes
 from tui.runs.index import RUN_ID_RE
@@ -81,7 +82,7 @@ class NodePlan:
     @property
     def rundir(self) -> str:
         """``runs/<run id>`` relative to the workdir."""
-        return rundir_rel(self.env["FTWIZ_RUN_ID"])
+        return rundir_rel(self.env[RUN_ENV])
 
     @property
     def command_line(self) -> str:
@@ -192,8 +193,8 @@ def build_plan(
             {
                 "MASTER_ADDR": master.host,
                 "MASTER_PORT": str(config.cluster.rendezvous_port),
-                "FTWIZ_RUN_ID": run_id,
-                "FTWIZ_NODE": node.name,
+                RUN_ENV: run_id,
+                NODE_ENV: node.name,
                 "PYTHONPATH": rundir_abs,
                 "PYTHONUNBUFFERED": "1",
                 "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_PREFIX_TEMPLATE,
@@ -232,7 +233,7 @@ def start_script(plan: NodePlan, rundir_abs: str) -> str:
     name = shlex.quote(plan.node)
     lines = [
         "#!/bin/sh",
-        f"# ftwiz run {plan.env['FTWIZ_RUN_ID']} on node {plan.node}: generated, every value quoted.",
+        f"# ftwiz run {plan.env[RUN_ENV]} on node {plan.node}: generated, every value quoted.",
         f"cd {quote_path(plan.workdir)} || exit 97",
         # The pgid and the leader's start time (/proc/PID/stat field 22): a stop signals the group only while both match.
         f"echo \"$$ $(sed 's/.*) //' /proc/$$/stat 2>/dev/null | cut -d' ' -f20)\" > {run_dir}/{name}.pgid.tmp"
@@ -300,7 +301,7 @@ def send_payload(send: Callable[[bytes], None], payload: Payload) -> int:
     handles = [open(path, "rb") for path in payload.tars]
     try:
         total = len(head) + sum(os.fstat(handle.fileno()).st_size for handle in handles)
-        send(f"payload {total}\n".encode() + head)
+        send(payload_header(total) + head)
         sent = len(head)
         for handle in handles:
             while chunk := handle.read(SEND_CHUNK):

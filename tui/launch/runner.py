@@ -1,5 +1,6 @@
 """One thread per node: it owns that node's link (never shared), runs commands on it in order, and
-reads the node's framed log stream (see :mod:`agent.nodeside`) in between.
+reads the node's framed log stream (the node helper's, :mod:`nodeside.helper`; frames of :mod:`shared.nodewire`)
+in between.
 
 The supervisor talks to a :class:`NodeRunner` only through :meth:`NodeRunner.submit` (a command
 runs on the runner's thread and its result comes back in a :class:`~concurrent.futures.Future`) and
@@ -18,11 +19,11 @@ import shlex
 import threading
 import time
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from shared import nodewire
 from shared.config import ClusterConfig, NodeConfig
-from tui.launch.links import LineStream, LinkLost, NodeLink, open_link, python_command
+from tui.launch.links import LineStream, LinkLost, NodeLink, open_link
 from tui.launch.messages import (
     NodeEnded,
     NodeEnding,
@@ -33,28 +34,10 @@ from tui.launch.messages import (
     RankSamples,
     RunnerMessage,
 )
+from tui.launch.nodecode import helper_command
 from tui.launch.plan import Payload, quote_path, rundir_rel, send_payload
 
-__all__ = ["NodeRunner", "NODESIDE_SOURCE", "nodeside_source", "pgid_frame"]
-
-_AGENT_DIR = Path(__file__).resolve().parents[2] / "agent"
-
-
-def nodeside_source() -> str:
-    """The node helper (:mod:`agent.nodeside`) as one standalone script: :mod:`agent.procmatch` inlined."""
-    helper = (_AGENT_DIR / "nodeside.py").read_text()
-    procmatch = (_AGENT_DIR / "procmatch.py").read_text()
-    lines = helper.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("# ftwiz:inline agent/procmatch.py"))
-    end = start + 1
-    while end < len(lines) and lines[end].startswith("from agent.procmatch import"):
-        end += 1
-    inlined = [procmatch, "_alive = alive", "_cmdline = cmdline", "procmatch_run_processes = run_processes"]
-    return "\n".join(lines[:start] + inlined + lines[end:]) + "\n"
-
-
-#: The node-side helper, sent as ``python -c`` source (works before the run dir exists).
-NODESIDE_SOURCE = nodeside_source()
+__all__ = ["NodeRunner"]
 
 
 class NodeRunner:
@@ -184,7 +167,7 @@ class NodeRunner:
 
     def _helper(self, *args: str, timeout: float) -> dict:
         """Run the node-side helper and decode its JSON answer."""
-        result = self._exec(python_command(self.node.python, NODESIDE_SOURCE, *args), timeout)
+        result = self._exec(helper_command(self.node.python, *args), timeout)
         try:
             return json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -198,7 +181,7 @@ class NodeRunner:
     def _launch_command(self) -> str:
         workdir = quote_path(self.node.workdir)
         rel = shlex.quote(rundir_rel(self.run_id))
-        helper = python_command(self.node.python, NODESIDE_SOURCE, "launch", self.name, str(self.tick_s))
+        helper = helper_command(self.node.python, "launch", self.name, str(self.tick_s))
         # umask 077: the run dir, the job files and the logs hold [job].env / [nccl].env values (an HF_TOKEN)
         return f"exec 2>&1; umask 077; mkdir -p {workdir}/{rel} && chmod 700 {workdir}/{rel} && cd {workdir}/{rel} && exec {helper}"
 
@@ -218,12 +201,12 @@ class NodeRunner:
                     raise RuntimeError(f"{self.name}: the node ended the launch{_said(said)}")
                 continue
             self.last_rx = self._clock()
-            kind, _, rest = line.partition(" ")
+            kind, rest = nodewire.split_frame(line)
             if kind == wanted:
                 return rest
-            if kind == "X":
+            if kind == nodewire.EXIT:
                 raise RuntimeError(f"{self.name}: the node refused the job ({rest}){_said(said)}")
-            if kind in ("T", "L"):
+            if kind in (nodewire.TICK, nodewire.LINE):
                 self._handle(line)
             elif line.strip():
                 said.append(line.strip())
@@ -249,7 +232,7 @@ class NodeRunner:
         said: list[str] = []
         with self._stream_guard():
             self._stream = link.stream(self._launch_command())
-            self.rundir_abs = self._expect("R", 30, said).strip()
+            self.rundir_abs = self._expect(nodewire.RUNDIR, 30, said).strip()
             self.workdir_abs = self.rundir_abs[: -len(rundir_rel(self.run_id)) - 1]
         return self.rundir_abs
 
@@ -260,7 +243,7 @@ class NodeRunner:
         said: list[str] = []
         with self._stream_guard():
             send_payload(self._stream.send, payload)
-            self._expect("U", 60, said)
+            self._expect(nodewire.UNPACKED, 60, said)
 
     def launch(self, timeout: float = 30.0) -> int:
         """Say ``go``: the node starts ``<node>.sh`` in its own session and streams its log. Returns the pgid."""
@@ -268,8 +251,8 @@ class NodeRunner:
             raise RuntimeError(f"{self.name}: not prepared")
         said: list[str] = []
         try:
-            self._stream.send(b"go\n")
-            frame = pgid_frame(self._expect("P", timeout, said))
+            self._stream.send(nodewire.GO + b"\n")
+            frame = nodewire.parse_pgid(self._expect(nodewire.PGID, timeout, said))
             if frame is None:
                 raise RuntimeError(f"{self.name}: the node answered 'go' without a process group{_said(said)}")
             self.pgid, self.pgid_start = frame
@@ -298,7 +281,7 @@ class NodeRunner:
         self._drop_stream()
         link = self._need_link()
         try:
-            self._stream = link.stream("exec 2>&1; " + python_command(self.node.python, NODESIDE_SOURCE, "follow", self.rundir_abs, self.name, str(offset), str(self.tick_s)))
+            self._stream = link.stream("exec 2>&1; " + helper_command(self.node.python, "follow", self.rundir_abs, self.name, str(offset), str(self.tick_s)))
         except LinkLost:
             self._drop_link()
             raise
@@ -368,22 +351,22 @@ class NodeRunner:
             self._handle(line)
 
     def _handle(self, line: str) -> None:
-        kind, _, rest = line.partition(" ")
-        if kind == "L":
-            offset, _, text = rest.partition(" ")
-            if offset.isdigit():
-                self.offset = int(offset)
+        kind, rest = nodewire.split_frame(line)
+        if kind == nodewire.LINE:
+            offset, text = nodewire.parse_line_body(rest)
+            if offset is not None:
+                self.offset = offset
             self.outbox.put(NodeLine(self.name, text))
-        elif kind == "T":
+        elif kind == nodewire.TICK:
             pass
-        elif kind == "S":
+        elif kind == nodewire.SAMPLES:
             samples = _samples(rest)
             if samples is not None:
                 self.outbox.put(RankSamples(self.name, samples))
-        elif kind == "P" and (frame := pgid_frame(rest)) is not None:
+        elif kind == nodewire.PGID and (frame := nodewire.parse_pgid(rest)) is not None:
             self.pgid, self.pgid_start = frame
             self.outbox.put(NodePgid(self.name, self.pgid, self.pgid_start))
-        elif kind == "X":
+        elif kind == nodewire.EXIT:
             self.ending = NodeEnding.parse(rest)
             self._drop_stream()
             self.outbox.put(NodeEnded(self.name, self.ending))
@@ -392,18 +375,12 @@ class NodeRunner:
             self.outbox.put(NodeLine(self.name, f"ftwiz-node-helper: {line}"))
 
 
-def pgid_frame(text: str) -> Optional[tuple[int, Optional[int]]]:
-    """A ``P`` frame's ``<pgid> [<leader start time>]``, or None when it is not one."""
-    parts = text.split()
-    if not parts or not parts[0].isdigit() or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
-        return None
-    return int(parts[0]), int(parts[1]) if len(parts) == 2 else None
-
-
 def _samples(text: str) -> Optional[tuple[RankSample, ...]]:
-    """An ``S`` frame's JSON rows as samples (None when garbled: a sample is never worth a crash)."""
+    """An ``S`` frame's rows as samples (None when garbled: a sample is never worth a crash)."""
+    rows = nodewire.parse_samples(text)
+    if rows is None:
+        return None
     try:
-        rows = json.loads(text)
         return tuple(RankSample(int(r["rank"]), int(r["pid"]), str(r["state"]), int(r["cpu"]), int(r["io"]),
                                 _opt_int(r.get("run_ns")), _opt_int(r.get("wait_ns"))) for r in rows)
     except (ValueError, TypeError, KeyError):

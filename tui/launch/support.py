@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from shared.config import FtwizConfig
+from tui.launch.nodecode import package_dir, package_files
 from tui.launch.plan import WORKLOAD_PACKAGE
 
 __all__ = ["SHIPPED_SHARED", "agent_stop", "explain", "plan_network", "workload_files"]
@@ -17,24 +16,19 @@ SHIPPED_SHARED = {"shared.protocol": "_wire.py", "shared.balanceplan": "_balance
 
 
 def workload_files() -> dict[str, bytes]:
-    """The ``agent/workloads`` package as ``ftwiz_workloads/...`` files (no caches)."""
-    spec = importlib.util.find_spec("agent")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the workloads package (agent/workloads) is not installed beside ftwiz")
-    root = Path(next(iter(spec.submodule_search_locations))) / "workloads"
-    files = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".jinja", ".txt"):
-            files[f"{WORKLOAD_PACKAGE}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    """The ``agent/workloads`` package as ``ftwiz_workloads/...`` files (no caches), found as the node helper is
+    (:func:`tui.launch.nodecode.package_files`), without importing the agent daemon."""
+    found = package_files("agent.workloads", (".py", ".json", ".jinja", ".txt"))
+    files = {f"{WORKLOAD_PACKAGE}/{name}": data for name, data in found.items()}
     # The line protocol and the balance plan are defined in shared/ (the controller uses them too); the nodes have
     # no ``shared`` package, so they travel beside the workloads (agent/workloads/protocol.py, balance.py import them).
     for module, name in SHIPPED_SHARED.items():
-        found = importlib.util.find_spec(module)
-        if found is None or found.origin is None:
-            raise RuntimeError(f"{module} ({module.replace('.', '/')}.py) is not installed beside ftwiz")
-        files[f"{WORKLOAD_PACKAGE}/{name}"] = Path(found.origin).read_bytes()
+        source = package_dir("shared") / f"{module.split('.', 1)[1]}.py"
+        if not source.is_file():
+            raise RuntimeError(f"{source} is missing: {module} is not installed beside ftwiz")
+        files[f"{WORKLOAD_PACKAGE}/{name}"] = source.read_bytes()
     if f"{WORKLOAD_PACKAGE}/__main__.py" not in files:
-        raise RuntimeError(f"the workloads package at {root} has no __main__.py")
+        raise RuntimeError(f"the workloads package at {package_dir('agent.workloads')} has no __main__.py")
     return files
 
 

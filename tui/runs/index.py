@@ -19,13 +19,13 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Optional
 
-from agent.procmatch import RUN_ID_PATTERN
+from shared.nodewire import RUN_ID_PATTERN
 
 __all__ = ["RUN_ID_RE", "RunNotFound", "find_run", "index_path", "remember", "state_dir"]
 
 INDEX_NAME = "runs.json"
 #: What a run id may look like: it appears in paths, argv and environment, so keep it boring.
-RUN_ID_RE = re.compile(RUN_ID_PATTERN)  # one rule, shared with the reapers (agent.procmatch)
+RUN_ID_RE = re.compile(RUN_ID_PATTERN)  # one rule, shared with the node helper and the reapers (shared.nodewire)
 
 
 class RunNotFound(LookupError):

@@ -5,7 +5,7 @@ detached, crashed, or its terminal closed) ends the step and everything in it (m
 SIGKILL of the ``srun`` client took the step's task with it). So the run must not be a step that ftwiz's
 ``srun`` holds. The holding job's batch script runs one keeper per node (``srun --overlap
 --ntasks-per-node=1``, started by the batch step inside the allocation); the node helper
-(:mod:`agent.nodeside`), asked by ftwiz to launch, writes a start request into the keeper's directory
+(:mod:`nodeside.helper`), asked by ftwiz to launch, writes a start request into the keeper's directory
 (``<workdir>/.ftwiz-slurm/<job>/keeper/<node>/<run>.start``: the run directory and the node name) and
 follows the log as on SSH; the keeper starts ``sh <node>.sh`` there in its own session, as its child, so
 Slurm accounts for every process of the run and ``scancel`` ends them all.

@@ -3,7 +3,7 @@
 :class:`SrunLink` offers what :class:`tui.launch.links.NodeLink` offers over SSH — ``exec`` (run, collect),
 ``stream`` (a long-running command read line by line, whose stdin carries the job files) and ``close`` — as
 ``srun --jobid=JOB --overlap --nodelist=NODE --nodes=1 --ntasks=1 sh -c COMMAND``. The supervisor and the node
-helper (:mod:`agent.nodeside`) are the same as on the SSH backend; only the transport differs. Slurm
+helper (:mod:`nodeside.helper`) are the same as on the SSH backend; only the transport differs. Slurm
 accounts for every process started this way, and ``scancel JOB`` ends them all.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.config import ClusterConfig, NodeConfig
+from shared.nodewire import KEEPER_ENV
 from shared.slurmjob import valid_job_id
 from tui.launch.links import ExecResult, LinkLost, NodeGone, ProcessLines
 from tui.slurm import slurmctl
@@ -60,7 +61,7 @@ class SrunLink:
         part of this step and goes on when this ``srun`` ends (detach, or ftwiz gone).
         """
         if self.keeper:
-            command = f"export FTWIZ_KEEPER={shlex.quote(self.keeper)}; {command}"
+            command = f"export {KEEPER_ENV}={shlex.quote(self.keeper)}; {command}"
         try:
             proc = subprocess.Popen(srun_argv(self.job_id, self.node, command), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -1,28 +1,17 @@
 """Which processes belong to a run, and what each is doing: one /proc reader for every reaper.
 
-Used by the agent's reaper (:mod:`agent.reaper`) and by the node helper (:mod:`agent.nodeside`,
-which the controller sends as ``python -c`` source with this module's text inlined, so it is
-standard library only and runs on Python 3.8+). One rule for run ids (:data:`RUN_ID_PATTERN`)
-and one for membership: a process belongs to run R on node N when its environment holds
-``FTWIZ_RUN_ID=R`` and ``FTWIZ_NODE=N`` exactly (matching the node too keeps nodes that share a
-PID space, containers or network-namespace test nodes, from touching each other's ranks). A process group is the run's
-only while its leader is the very process the launch started (:func:`group_is_runs`): group ids are
-reused, so a bare pgid from a record proves nothing.
+Used by the node helper (:mod:`nodeside.helper`) and by the agent daemon's reaper (:mod:`agent.reaper`), so it is
+standard library only and runs on Python 3.8+. One rule for membership: a process belongs to run R on node N
+when its environment holds ``FTWIZ_RUN_ID=R`` and ``FTWIZ_NODE=N`` exactly (the tags and the run-id rule are
+:mod:`shared.nodewire`'s; matching the node too keeps nodes that share a PID space, containers or
+network-namespace test nodes, from touching each other's ranks). A process group is the run's only while its
+leader is the very process the launch started (:func:`group_is_runs`): group ids are reused, so a bare pgid from
+a record proves nothing.
 """
 
 import os
-import re
 
-RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-"""Run ids: they end up in exact environment matches and file names, never in a shell."""
-RUN_ENV = "FTWIZ_RUN_ID"
-NODE_ENV = "FTWIZ_NODE"
-_RUN_ID = re.compile(RUN_ID_PATTERN)
-
-
-def valid_run_id(run_id):
-    """True when ``run_id`` follows :data:`RUN_ID_PATTERN` (fullmatch: no trailing newline)."""
-    return bool(_RUN_ID.fullmatch(run_id or ""))
+from shared.nodewire import NODE_ENV, RUN_ENV, RUN_ID_PATTERN, valid_run_id
 
 
 def proc_environ(pid, proc_root="/proc"):

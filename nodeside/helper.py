@@ -1,7 +1,8 @@
-"""Node-side helper: runs ON each node, standard library only (Python 3.8+).
+"""The node helper: runs ON each node, standard library only (Python 3.8+).
 
-The controller sends this file's source as ``<python> -c <source> <command> ...`` (quoted), so it
-works on a node before, during and after a run, with nothing installed. Commands:
+The controller ships it inside the node bundle (:mod:`nodeside.boot`, built by :mod:`tui.launch.nodecode`) on the
+command line of every call, ``<python> -I -S -c <boot> <bundle> <command> ...``, so it works on a node before,
+during and after a run, with nothing installed. Its frames and tags are :mod:`shared.nodewire`'s. Commands:
 
 ``launch NODE TICK``
     Receive the job files on stdin, unpack them in the current directory (the run directory), and
@@ -15,7 +16,7 @@ works on a node before, during and after a run, with nothing installed. Commands
     (``<node>.stopped`` is there), or ``X gone`` when its process group vanished without an exit
     code (signalled by someone else). Every tick it also samples the run's workers on the node:
     ``S [{"rank", "pid", "state", "cpu", "io", "run_ns", "wait_ns"}, ...]`` (see
-    :func:`agent.procmatch.worker_samples`).
+    :func:`nodeside.procmatch.worker_samples`).
 ``kill RUN_ID NODE GRACE [PGID [RUNDIR [PGID_START]]]``
     SIGTERM (then SIGCONT, so a stopped process can act on it) to every process whose environment
     carries ``FTWIZ_RUN_ID=RUN_ID`` and ``FTWIZ_NODE=NODE``, and to process group ``PGID`` only while
@@ -43,16 +44,17 @@ import subprocess
 import sys
 import time
 
-# ftwiz:inline agent/procmatch.py (the controller sends this file with that module's text in place of the import)
-from agent.procmatch import alive as _alive
-from agent.procmatch import cmdline as _cmdline
-from agent.procmatch import group_is_runs, is_worker, proc_environ, start_time, worker_samples
-from agent.procmatch import run_processes as procmatch_run_processes
-
-
-def run_processes(run_id, node):
-    """Processes on this node that carry the run's tag (pid, env)."""
-    return procmatch_run_processes(run_id, node)
+from nodeside.procmatch import (
+    alive,
+    cmdline,
+    group_is_runs,
+    is_worker,
+    proc_environ,
+    run_processes,
+    start_time,
+    worker_samples,
+)
+from shared import nodewire
 
 
 def _is_worker(pid):
@@ -64,7 +66,7 @@ def _group_pids(pgid):
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.getpgid(int(entry)) == pgid and _alive(int(entry)):
+                if os.getpgid(int(entry)) == pgid and alive(int(entry)):
                     pids.append(int(entry))
             except OSError:
                 pass
@@ -135,7 +137,7 @@ def cmd_kill(run_id, node, grace, pgid=None, rundir=None, started=None):
         except OSError:
             pass
     for pid in first:
-        killed[pid] = {"pid": pid, "cmdline": _cmdline(pid), "signal": "SIGTERM"}
+        killed[pid] = {"pid": pid, "cmdline": cmdline(pid), "signal": "SIGTERM"}
         _send(pid, signal.SIGTERM)
         _send(pid, signal.SIGCONT)
     # The grace is for the ranks. Once they are gone, what is left is torchrun and its shell, whose
@@ -147,7 +149,7 @@ def cmd_kill(run_id, node, grace, pgid=None, rundir=None, started=None):
             break
         time.sleep(0.05)
     for pid in targets():
-        info = killed.setdefault(pid, {"pid": pid, "cmdline": _cmdline(pid)})
+        info = killed.setdefault(pid, {"pid": pid, "cmdline": cmdline(pid)})
         info["signal"] = "SIGKILL"
         _send(pid, signal.SIGKILL)
     if ours():
@@ -235,15 +237,15 @@ def cmd_dump(run_id, node, rundir=None):
 def cmd_ps(run_id, node):
     """List the run's processes on this node."""
     procs = [
-        {"pid": pid, "cmdline": _cmdline(pid), "rank": env.get("RANK")}
+        {"pid": pid, "cmdline": cmdline(pid), "rank": env.get("RANK")}
         for pid, env in run_processes(run_id, node)
     ]
     print(json.dumps({"processes": procs}))
     return 0
 
 
-def _emit(text):
-    sys.stdout.write(text + "\n")
+def _emit(kind, body=""):
+    sys.stdout.write(nodewire.frame(kind, body) + "\n")
     sys.stdout.flush()
 
 
@@ -289,38 +291,38 @@ def cmd_launch(node, tick):
     import tarfile
 
     rundir = os.getcwd()
-    _emit("R %s" % rundir)
-    header = sys.stdin.buffer.readline().decode("ascii", "replace").split()
-    if len(header) != 2 or header[0] != "payload" or not header[1].isdigit():
-        _emit("X aborted")
+    _emit(nodewire.RUNDIR, rundir)
+    size = nodewire.parse_payload_header(sys.stdin.buffer.readline())
+    if size is None:
+        _emit(nodewire.EXIT, nodewire.ABORTED)
         return 3
     os.umask(0o077)  # job.json and <node>.sh hold the job's secrets; the logs and exit files are the user's alone
-    payload = _Bounded(sys.stdin.buffer, int(header[1]))
+    payload = _Bounded(sys.stdin.buffer, size)
     extract = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python 3.12+: refuse links, devices
     try:
         # Streamed: the node's own tar, then the run's code tar, read as one archive (ignore_zeros).
         with tarfile.open(fileobj=payload, mode="r|", ignore_zeros=True) as tar:  # type: ignore[call-overload]
             for member in tar:
                 if member.name.startswith("/") or ".." in member.name.split("/") or not (member.isfile() or member.isdir()):
-                    _emit("X bad-payload")
+                    _emit(nodewire.EXIT, nodewire.BAD_PAYLOAD)
                     return 3
                 tar.extract(member, rundir, **extract)
     except (tarfile.TarError, EOFError):
-        _emit("X aborted")
+        _emit(nodewire.EXIT, nodewire.ABORTED)
         return 3
     if not payload.drain():
-        _emit("X aborted")
+        _emit(nodewire.EXIT, nodewire.ABORTED)
         return 3
-    _emit("U")
-    if sys.stdin.buffer.readline().strip() != b"go":
-        _emit("X aborted")
+    _emit(nodewire.UNPACKED)
+    if sys.stdin.buffer.readline().strip() != nodewire.GO:
+        _emit(nodewire.EXIT, nodewire.ABORTED)
         return 0
     for suffix in (".pgid", ".exit", ".stopped"):
         try:
             os.unlink(os.path.join(rundir, node + suffix))
         except OSError:
             pass
-    keeper = os.environ.get("FTWIZ_KEEPER")
+    keeper = os.environ.get(nodewire.KEEPER_ENV)
     if keeper:
         # On Slurm the node's keeper (a job step of the allocation) starts the run, so it outlives this
         # step; ask it, then follow as on a re-attach (node.sh writes the pgid file).
@@ -337,7 +339,7 @@ def cmd_launch(node, tick):
         child = subprocess.Popen(["sh", node + ".sh"], cwd=rundir, stdin=null, stdout=null, stderr=null, start_new_session=True)
     # The child is unreaped, so its pid (and start time) cannot be another process's yet.
     started = start_time(child.pid)
-    _emit("P %d %s" % (child.pid, "" if started is None else started))
+    _emit(nodewire.PGID, nodewire.pgid_body(child.pid, started))
     return cmd_follow(rundir, node, 0, tick, child=child, started=started)
 
 
@@ -364,20 +366,20 @@ def cmd_follow(rundir, node, offset, tick, child=None, started=None):
         if child is not None:
             child.poll()  # reap our own child, so the group check below never sees a zombie
         if now - last_tick >= tick:
-            _emit("T %.3f" % now)
+            _emit(nodewire.TICK, "%.3f" % now)
             last_tick = now
             if pgid is not None:
                 # The workers' activity (state, CPU, I/O): how the controller tells a loading rank from a hung one.
-                if not workers or scans % 5 == 0 or not all(_alive(pid) for pid, _ in workers):
+                if not workers or scans % 5 == 0 or not all(alive(pid) for pid, _ in workers):
                     workers = [(pid, env) for pid, env in run_processes(run_id, node) if is_worker(env)]
                 scans += 1
                 if workers:
-                    _emit("S %s" % json.dumps(worker_samples(workers), separators=(",", ":")))
+                    _emit(nodewire.SAMPLES, nodewire.samples_body(worker_samples(workers)))
         if pgid is None:
             found = _read_pgid(pgid_file)
             if found is not None:
                 pgid, started = found
-                _emit("P %d %s" % (pgid, "" if started is None else started))
+                _emit(nodewire.PGID, nodewire.pgid_body(pgid, started))
         if handle is None and os.path.exists(log):
             handle = open(log, "rb")
             handle.seek(offset)
@@ -394,24 +396,25 @@ def cmd_follow(rundir, node, offset, tick, child=None, started=None):
                     else:
                         line, pending = pending[:65536], pending[65536:]
                         offset += len(line)
-                    _emit("L %d %s" % (offset, line.decode("utf-8", "replace").replace("\r", "")))
+                    _emit(nodewire.LINE, nodewire.line_body(offset, line.decode("utf-8", "replace")))
         if got:
             continue
         code = _read_int(exit_file)
         running = pgid is not None and _group_running(pgid, started)
         if code is not None and not running:
             _flush_pending(pending, offset)
-            _emit("X %s" % code)
+            _emit(nodewire.EXIT, code)
             return 0
         if pgid is not None and not running:
             # The group is gone without an exit file: signalled. Give the file a moment to land.
             gone_since = gone_since or now
             if now - gone_since > 1.0:
                 _flush_pending(pending, offset)
-                _emit("X stopped" if os.path.exists(os.path.join(rundir, node + ".stopped")) else "X gone")
+                stopped = os.path.exists(os.path.join(rundir, node + ".stopped"))
+                _emit(nodewire.EXIT, nodewire.STOPPED if stopped else nodewire.GONE)
                 return 0
         if pgid is None and now - waited_since > 30 and not os.path.exists(log):
-            _emit("X missing")
+            _emit(nodewire.EXIT, nodewire.MISSING)
             return 0
         # Poll fast until torchrun is up (the launch waits for the pgid), then at an easy pace; our own child's end
         # (the launch's <node>.sh) wakes the loop at once, so a run's end is reported when it happens.
@@ -440,7 +443,7 @@ def _on_exit(child):
 
 def _flush_pending(pending, offset):
     if pending:
-        _emit("L %d %s" % (offset + len(pending), pending.decode("utf-8", "replace")))
+        _emit(nodewire.LINE, nodewire.line_body(offset + len(pending), pending.decode("utf-8", "replace")))
 
 
 def main(argv):
