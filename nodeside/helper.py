@@ -34,6 +34,8 @@ during and after a run, with nothing installed. Its frames and tags are :mod:`sh
     py-spy when installed); print JSON ``{"signalled": [...], "py_spy": [...], "no_dump": [...]}``.
 ``ps RUN_ID NODE``
     Print JSON ``{"processes": [{"pid", "cmdline", "rank"}]}`` of the run's processes on this node.
+``keep KEEPERS``
+    (Slurm) Be this node's keeper: start the runs requested under ``KEEPERS`` (:mod:`nodeside.keeper`).
 """
 
 import json
@@ -329,9 +331,9 @@ def cmd_launch(node, tick):
         here = os.path.join(keeper, os.environ.get("SLURMD_NODENAME") or node)
         if not os.path.isdir(here):
             os.makedirs(here, exist_ok=True)
-        request = os.path.join(here, os.path.basename(rundir) + ".start")
+        request = os.path.join(here, os.path.basename(rundir) + nodewire.START_SUFFIX)
         with open(request + ".tmp", "w") as handle:
-            handle.write("%s\n%s\n" % (rundir, node))
+            handle.write(nodewire.start_request(rundir, node))
         os.rename(request + ".tmp", request)
         return cmd_follow(rundir, node, 0, tick)
     with open(os.devnull, "r+b") as null:
@@ -449,7 +451,7 @@ def _flush_pending(pending, offset):
 def main(argv):
     """Dispatch a command (see the module docstring)."""
     if not argv:
-        print("usage: follow|kill|signal|ps ...", file=sys.stderr)
+        print("usage: launch|follow|kill|signal|dump|ps|keep ...", file=sys.stderr)
         return 2
     command, args = argv[0], argv[1:]
     if command == "launch":
@@ -466,6 +468,10 @@ def main(argv):
         return cmd_dump(args[0], args[1], args[2] if len(args) > 2 else None)
     if command == "ps":
         return cmd_ps(args[0], args[1])
+    if command == "keep":
+        from nodeside.keeper import keep
+
+        return keep(args[0])
     print("unknown command %r" % command, file=sys.stderr)
     return 2
 

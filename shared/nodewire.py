@@ -24,6 +24,10 @@ both exactly, so nodes that share a PID space never touch each other's ranks. Ru
 
 **The launch exchange** on the helper's stdin: ``payload <n>`` and ``n`` bytes (a tar of the job files), then
 ``go`` (:func:`payload_header`, :func:`parse_payload_header`, :data:`GO`).
+
+**A start request** (Slurm): the helper does not start the run itself but leaves
+``<keepers>/<node>/<run id>.start`` for the node's keeper (:mod:`nodeside.keeper`), a file of two lines, the run
+directory and the node name (:func:`start_request`, :func:`parse_start_request`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ __all__ = [
     "frame", "split_frame",
     "pgid_body", "parse_pgid", "line_body", "parse_line_body", "samples_body", "parse_samples",
     "GO", "payload_header", "parse_payload_header",
+    "START_SUFFIX", "start_request", "parse_start_request",
 ]
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -75,6 +80,8 @@ ENDINGS = frozenset((STOPPED, GONE, MISSING, ABORTED, BAD_PAYLOAD))
 
 GO = b"go"
 """The line that starts the run once the job is unpacked; anything else leaves without starting."""
+START_SUFFIX = ".start"
+"""A start request's file name is the run id and this suffix."""
 
 
 def valid_run_id(run_id: Optional[str]) -> bool:
@@ -152,3 +159,18 @@ def parse_payload_header(line: bytes) -> Optional[int]:
     if len(words) != 2 or words[0] != "payload" or not words[1].isdigit():
         return None
     return int(words[1])
+
+
+def start_request(rundir: str, node: str) -> str:
+    """A start request's content: the run directory (absolute) and the node name, one a line."""
+    if "\n" in rundir or not valid_node_name(node):
+        raise ValueError("a start request needs a run directory without a newline and a valid node name, not %r, %r" % (rundir, node))
+    return "%s\n%s\n" % (rundir, node)
+
+
+def parse_start_request(text: str) -> Optional[Tuple[str, str]]:
+    """``(run directory, node name)`` of a start request, or None when it is not one (half written, garbled)."""
+    lines = text.split("\n")
+    if len(lines) < 3 or lines[2] != "" or not lines[0].startswith("/") or not valid_node_name(lines[1]):
+        return None
+    return lines[0], lines[1]

@@ -1,36 +1,36 @@
-"""The node helper as shipped (``tui/launch/nodecode.py``, ``nodeside/boot.py``): one zip of real files, run as the
+"""The node helper as shipped (``tui/launch/nodecode.py``, ``nodeside/boot.py``): one bundle of real files, run as the
 controller runs it (``python -I -S -c <boot> <bundle> COMMAND``), from a folder where no ftwiz is importable."""
 
 from __future__ import annotations
 
 import ast
-import base64
-import io
 import json
 import shlex
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
+from nodeside.boot import pack, unpack
 from tui.launch.nodecode import NODESIDE_FILES, helper_argv, helper_bundle, helper_command, package_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bundle_files() -> dict[str, bytes]:
-    with zipfile.ZipFile(io.BytesIO(base64.b64decode(helper_bundle()))) as archive:
-        return {name: archive.read(name) for name in archive.namelist()}
+def test_a_bundle_round_trips():
+    files = {"p/__init__.py": "", "p/m.py": "X = 'ü'\n" * 100}
+    packed = pack(files)
+    assert packed.isascii() and shlex.quote(packed) == packed  # one shell word, nothing to escape
+    assert unpack(packed) == files
 
 
 def test_the_bundle_holds_the_packages_files_as_they_are():
     """No splicing: each file in the bundle is byte for byte the file the tests and the agent daemon import."""
-    files = _bundle_files()
+    files = unpack(helper_bundle())
     assert sorted(files) == sorted(NODESIDE_FILES)
-    for name, data in files.items():
-        assert data == (ROOT / name).read_bytes(), name
+    for name, text in files.items():
+        assert text == (ROOT / name).read_text(encoding="utf-8"), name
 
 
 def test_the_bundle_is_the_same_for_the_same_files():

@@ -134,3 +134,18 @@ def _stop_route_schema() -> dict:
     app = FastAPI()
     app.include_router(router)
     return app.openapi()["paths"]["/v1/runs/{run_id}/stop"]["post"]
+
+
+@pytest.mark.parametrize("rundir, node", [("/w/runs/r1", "n1"), ("/home/a b/ftwiz/runs/20260101-000000-ab12", "gpu-07.cluster")])
+def test_a_start_request_round_trips(rundir, node):
+    assert nodewire.parse_start_request(nodewire.start_request(rundir, node)) == (rundir, node)
+
+
+@pytest.mark.parametrize("text", ["", "/w/runs/r1\n", "/w/runs/r1\nn1", "relative/dir\nn1\n", "/w\nbad name\n", "/w\nn1\nextra\n"])
+def test_a_half_written_or_garbled_start_request_is_none(text):
+    assert nodewire.parse_start_request(text) is None
+
+
+def test_a_start_request_is_refused_for_a_name_the_keeper_could_not_read_back():
+    with pytest.raises(ValueError):
+        nodewire.start_request("/w/runs/r1", "a\nb")

@@ -12,7 +12,8 @@ from shared.doctor_signatures import CAUSES
 from tests.launch.conftest import wait_until
 from tui.doctor import diagnose_files
 from tui.slurm.endings import ENDINGS, evidence_line, verdict
-from tui.slurm.keeper import KEEPER_SOURCE, batch_script, keeper_dir, release_file
+from tui.launch.nodecode import helper_argv, helper_bundle
+from tui.slurm.keeper import batch_script, keeper_dir, release_file
 
 
 @pytest.mark.parametrize(("state", "cause", "words"), [
@@ -47,12 +48,12 @@ def test_the_doctor_puts_slurms_line_first(tmp_path: Path) -> None:
     assert first.cause == "slurm.time_limit" and first.node is None
 
 
-def test_the_batch_script_quotes_every_path_and_the_keeper_compiles(tmp_path: Path) -> None:
+def test_the_batch_script_quotes_every_path_and_runs_the_keeper_from_the_node_bundle(tmp_path: Path) -> None:
     state = tmp_path / "my work" / ".ftwiz-slurm"
     script = batch_script(state, "/opt/py 3/bin/python")
     assert "exec srun --overlap --ntasks-per-node=1" in script
-    assert "'/opt/py 3/bin/python' -c '" in script and f"'{state}'/\"$SLURM_JOB_ID\"/keeper" in script
-    compile(KEEPER_SOURCE, "keeper", "exec")
+    assert "'/opt/py 3/bin/python' -I -S -c '" in script and f"'{state}'/\"$SLURM_JOB_ID\"/keeper" in script
+    assert f" {helper_bundle()} keep '{state}'/" in script
     assert keeper_dir(state, "9") == f"{state}/9/keeper" and release_file(state, "9") == state / "9" / "release"
 
 
@@ -62,7 +63,7 @@ def test_the_keeper_starts_a_requested_run_and_ends_once_released(tmp_path: Path
     rundir = tmp_path / "run"
     rundir.mkdir()
     (rundir / "n1.sh").write_text("echo $$ > n1.pgid; echo ran > n1.log\n")
-    proc = subprocess.Popen([sys.executable, "-c", KEEPER_SOURCE, str(keepers)], env={"SLURMD_NODENAME": "n1"})
+    proc = subprocess.Popen(helper_argv(sys.executable, "keep", str(keepers)), env={"SLURMD_NODENAME": "n1"})
     try:
         request = keepers / "n1" / "r1.start"
         request.parent.mkdir(parents=True, exist_ok=True)

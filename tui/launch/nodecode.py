@@ -1,7 +1,7 @@
 """The code ftwiz ships to nodes, built once per controller process: the node helper bundle and package files.
 
 One locator (:func:`package_dir`: the installed package's folder, found without importing it) and one collector
-(:func:`package_files`) serve both things a launch ships: the node helper (:data:`NODESIDE_FILES`, zipped into
+(:func:`package_files`) serve both things a launch ships: the node helper (:data:`NODESIDE_FILES`, packed into
 :func:`helper_bundle` and run through :mod:`nodeside.boot` on every helper call) and the workloads
 (:func:`tui.launch.support.workload_files`, unpacked into the run directory). Nothing is spliced: the node runs
 the very files the tests and the agent daemon import.
@@ -9,23 +9,20 @@ the very files the tests and the agent daemon import.
 
 from __future__ import annotations
 
-import base64
 import functools
 import importlib.util
-import io
 import shlex
-import zipfile
 from pathlib import Path
 
+from nodeside.boot import pack
 from tui.launch.plan import quote_path
 
 __all__ = ["NODESIDE_FILES", "helper_argv", "helper_bundle", "helper_command", "package_dir", "package_files"]
 
 #: What the node helper imports, as bundle paths: the ``nodeside`` package and the wire rules it shares with
 #: the controller (a test checks that every import of these files is the standard library or one of them).
-NODESIDE_FILES = ("nodeside/__init__.py", "nodeside/helper.py", "nodeside/procmatch.py",
+NODESIDE_FILES = ("nodeside/__init__.py", "nodeside/helper.py", "nodeside/keeper.py", "nodeside/procmatch.py",
                   "shared/__init__.py", "shared/nodewire.py")
-_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed timestamp: the same files give the same bundle
 
 
 def package_dir(dotted: str) -> Path:
@@ -55,17 +52,15 @@ def package_files(dotted: str, suffixes: tuple[str, ...] = (".py",)) -> dict[str
 
 @functools.cache
 def helper_bundle() -> str:
-    """The node helper's files (:data:`NODESIDE_FILES`) as a base64 zip: :mod:`nodeside.boot`'s first argument."""
-    found: dict[str, bytes] = {}
+    """The node helper's files (:data:`NODESIDE_FILES`) as a bundle (:func:`nodeside.boot.pack`): the loader's first
+    argument."""
+    found: dict[str, str] = {}
     for top in sorted({path.split("/")[0] for path in NODESIDE_FILES}):
-        found.update({f"{top}/{name}": data for name, data in package_files(top).items()})
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for path in NODESIDE_FILES:
-            if path not in found:
-                raise RuntimeError(f"{path} is missing from the installed ftwiz: the node helper cannot be shipped")
-            archive.writestr(zipfile.ZipInfo(path, _ZIP_TIME), found[path])
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+        found.update({f"{top}/{name}": data.decode("utf-8") for name, data in package_files(top).items()})
+    missing = [path for path in NODESIDE_FILES if path not in found]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} missing from the installed ftwiz: the node helper cannot be shipped")
+    return pack({path: found[path] for path in NODESIDE_FILES})
 
 
 @functools.cache
