@@ -6,7 +6,8 @@ Why a package of its own, beside ``agent/`` (the daemon), ``tui/`` (the controll
   it, under the node's plain training interpreter with ``-I -S``: so every module here is standard library only
   and Python 3.8+ (a test checks both). The agent daemon's modules (FastAPI, pydantic, psutil) cannot be that.
 - **It is shipped as files, not spliced.** :mod:`tui.launch.nodecode` packs this package's files, together with
-  the one ``shared/`` module they import (:mod:`shared.nodewire`, the wire rules both sides use), into one bundle
+  the ``shared/`` modules they import (:mod:`shared.nodewire`, the wire rules both sides use, and
+  :mod:`shared.logprefix`, the rank prefix of log lines), into one bundle
   (:func:`nodeside.boot.pack`), and :mod:`nodeside.boot` imports them from it on the node: the same modules the
   tests and the daemon import.
 - **Both sides of the node reuse it.** The helper (:mod:`nodeside.helper`) and the agent daemon's reaper

@@ -2,7 +2,7 @@
 every node-helper call.
 
 ``<python> -I -S -c <this file> <bundle> COMMAND ...``: ``<bundle>`` holds the helper's files (``nodeside/*.py``
-and ``shared/nodewire.py``, chosen by :mod:`tui.launch.nodecode`) as base64 of zlib-compressed JSON
+and the ``shared/`` modules they import, chosen by :mod:`tui.launch.nodecode`) as base64 of zlib-compressed JSON
 ``{"nodeside/helper.py": "<source>", ...}``. The loader imports those modules from memory (nothing is written on
 the node; ``-I -S`` keeps the node's site-packages and ``PYTHON*`` variables out) and runs
 :func:`nodeside.helper.main` with the rest of the arguments. Standard library only, Python 3.8+, and only

@@ -57,6 +57,7 @@ from nodeside.procmatch import (
     worker_samples,
 )
 from shared import nodewire
+from shared.logprefix import rank_prefix
 
 
 def _is_worker(pid):
@@ -229,7 +230,7 @@ def cmd_dump(run_id, node, rundir=None):
                 try:
                     with open(log, "a") as fh:
                         for line in out.splitlines() or ["(no output)"]:
-                            fh.write("[rank%d]:py-spy | %s\n" % (rank, line))
+                            fh.write("%spy-spy | %s\n" % (rank_prefix(rank), line))
                 except OSError:
                     pass
     print(json.dumps({"signalled": signalled, "py_spy": spied, "no_dump": skipped}))

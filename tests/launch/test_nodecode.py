@@ -108,3 +108,27 @@ def test_package_files_leave_caches_out_and_key_by_relative_path():
     files = package_files("nodeside")
     assert "helper.py" in files and "__init__.py" in files
     assert not any("__pycache__" in name for name in files)
+
+
+def test_dump_through_the_bundle_writes_each_workers_stack_under_its_rank_prefix(tmp_path):
+    """The helper's ``dump`` as a stall stop runs it: a tagged worker without a SIGUSR1 handler is read by py-spy
+    (installed beside the interpreter), its stack appended to ``<node>.log`` as ``[rank<N>]:py-spy | ...``."""
+    import os
+
+    from shared.logprefix import split_rank
+
+    assert (Path(sys.executable).parent / "py-spy").exists(), "py-spy (the train extra) is missing: make venv"
+    env = {**os.environ, "FTWIZ_RUN_ID": "r-dump", "FTWIZ_NODE": "a", "RANK": "3", "LOCAL_RANK": "0"}
+    worker = subprocess.Popen([sys.executable, "-c", "import time\ndef hang_here():\n    time.sleep(600)\nhang_here()"], env=env)
+    try:
+        done = subprocess.run(helper_argv(sys.executable, "dump", "r-dump", "a", str(tmp_path)), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["py_spy"] == [{"pid": worker.pid, "rank": 3}] and report["signalled"] == []
+    lines = (tmp_path / "a.log").read_text().splitlines()
+    assert lines and all(split_rank(line)[0] == 3 and split_rank(line)[1].startswith("py-spy | ") for line in lines)
+    assert any("hang_here" in line for line in lines), lines

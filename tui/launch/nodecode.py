@@ -22,7 +22,7 @@ __all__ = ["NODESIDE_FILES", "helper_argv", "helper_bundle", "helper_command", "
 #: What the node helper imports, as bundle paths: the ``nodeside`` package and the wire rules it shares with
 #: the controller (a test checks that every import of these files is the standard library or one of them).
 NODESIDE_FILES = ("nodeside/__init__.py", "nodeside/helper.py", "nodeside/keeper.py", "nodeside/procmatch.py",
-                  "shared/__init__.py", "shared/nodewire.py")
+                  "shared/__init__.py", "shared/logprefix.py", "shared/nodewire.py")
 
 
 def package_dir(dotted: str) -> Path:
