@@ -10,8 +10,7 @@
 
 from __future__ import annotations
 
-import re
-from typing import Optional
+import re  # and no typing: the node helper imports this module on every call (tui/launch/nodecode.py)
 
 __all__ = ["node_line", "rank_prefix", "split_node_line", "split_rank"]
 
@@ -24,7 +23,7 @@ def rank_prefix(rank: int) -> str:
     return f"[rank{rank}]:"
 
 
-def split_rank(line: str) -> tuple[Optional[int], str]:
+def split_rank(line: str) -> tuple[int | None, str]:
     """``"[rank3]:text"`` → ``(3, "text")``; a line without the prefix → ``(None, line)``.
 
     One space after the colon goes with the prefix (``[rank0]: Traceback ...``, as torch's own error
@@ -35,12 +34,12 @@ def split_rank(line: str) -> tuple[Optional[int], str]:
     return int(match.group("rank")), line[match.end():]
 
 
-def node_line(node: str, rank: Optional[int], text: str) -> str:
+def node_line(node: str, rank: int | None, text: str) -> str:
     """``node1/3 | text``: a line as the controller logs and shows it (``-`` for a line of no rank)."""
     return f"{node}/{'-' if rank is None else rank} | {text}"
 
 
-def split_node_line(line: str) -> Optional[tuple[str, Optional[int], str]]:
+def split_node_line(line: str) -> tuple[str, int | None, str] | None:
     """``"node1/3 | text"`` → ``("node1", 3, "text")``; None for a line without ftwiz's node prefix.
 
     ``"node1/- |"`` (the blank after the bar trimmed by an editor) is an empty line of torchrun's."""

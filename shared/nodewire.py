@@ -33,8 +33,7 @@ directory and the node name (:func:`start_request`, :func:`parse_start_request`)
 from __future__ import annotations
 
 import json
-import re
-from typing import Any, Dict, List, Optional, Tuple
+import re  # and no typing (annotations are strings): every helper call on a node pays for its imports
 
 __all__ = [
     "RUN_ID_PATTERN", "NODE_NAME_PATTERN", "RUN_ENV", "NODE_ENV", "KEEPER_ENV",
@@ -84,12 +83,12 @@ START_SUFFIX = ".start"
 """A start request's file name is the run id and this suffix."""
 
 
-def valid_run_id(run_id: Optional[str]) -> bool:
+def valid_run_id(run_id: str | None) -> bool:
     """True when ``run_id`` follows :data:`RUN_ID_PATTERN` (a full match: no trailing newline)."""
     return bool(_RUN_ID.fullmatch(run_id or ""))
 
 
-def valid_node_name(name: Optional[str]) -> bool:
+def valid_node_name(name: str | None) -> bool:
     """True when ``name`` follows :data:`NODE_NAME_PATTERN` (a full match: no trailing newline)."""
     return bool(_NODE_NAME.fullmatch(name or ""))
 
@@ -101,18 +100,18 @@ def frame(kind: str, body: str = "") -> str:
     return kind + " " + body.replace("\n", " ") if body else kind
 
 
-def split_frame(line: str) -> Tuple[str, str]:
+def split_frame(line: str) -> tuple[str, str]:
     """``(letter, body)`` of a frame line; the letter is ``""`` when the line is not a frame (a shell's complaint)."""
     kind, _, body = line.rstrip("\n").partition(" ")
     return (kind, body) if kind in FRAMES else ("", line.rstrip("\n"))
 
 
-def pgid_body(pgid: int, started: Optional[int]) -> str:
+def pgid_body(pgid: int, started: int | None) -> str:
     """A ``P`` frame's body: the group id and its leader's start time (empty when unknown)."""
     return "%d %s" % (pgid, "" if started is None else started)
 
 
-def parse_pgid(body: str) -> Optional[Tuple[int, Optional[int]]]:
+def parse_pgid(body: str) -> tuple[int, int | None] | None:
     """``(pgid, leader start time or None)`` of a ``P`` frame's body, or None when it is not one."""
     parts = body.split()
     if not parts or not parts[0].isdigit() or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
@@ -125,18 +124,18 @@ def line_body(end_offset: int, text: str) -> str:
     return "%d %s" % (end_offset, text.replace("\r", "").replace("\n", " "))
 
 
-def parse_line_body(body: str) -> Tuple[Optional[int], str]:
+def parse_line_body(body: str) -> tuple[int | None, str]:
     """``(end offset or None when garbled, text)`` of an ``L`` frame's body."""
     offset, _, text = body.partition(" ")
     return (int(offset) if offset.isdigit() else None), text
 
 
-def samples_body(rows: List[Dict[str, Any]]) -> str:
+def samples_body(rows: list[dict]) -> str:
     """An ``S`` frame's body: the worker samples as compact JSON."""
     return json.dumps(rows, separators=(",", ":"))
 
 
-def parse_samples(body: str) -> Optional[List[Dict[str, Any]]]:
+def parse_samples(body: str) -> list[dict] | None:
     """The rows of an ``S`` frame's body (each with ``rank``, ``pid``, ``state``, ``cpu``, ``io`` and maybe
     ``run_ns``/``wait_ns``), or None when garbled: a sample is never worth a crash."""
     try:
@@ -153,7 +152,7 @@ def payload_header(size: int) -> bytes:
     return b"payload %d\n" % size
 
 
-def parse_payload_header(line: bytes) -> Optional[int]:
+def parse_payload_header(line: bytes) -> int | None:
     """The size a ``payload <n>`` header line announces, or None when the line is not one."""
     words = line.decode("ascii", "replace").split()
     if len(words) != 2 or words[0] != "payload" or not words[1].isdigit():
@@ -168,7 +167,7 @@ def start_request(rundir: str, node: str) -> str:
     return "%s\n%s\n" % (rundir, node)
 
 
-def parse_start_request(text: str) -> Optional[Tuple[str, str]]:
+def parse_start_request(text: str) -> tuple[str, str] | None:
     """``(run directory, node name)`` of a start request, or None when it is not one (half written, garbled)."""
     lines = text.split("\n")
     if len(lines) < 3 or lines[2] != "" or not lines[0].startswith("/") or not valid_node_name(lines[1]):

@@ -132,3 +132,18 @@ def test_dump_through_the_bundle_writes_each_workers_stack_under_its_rank_prefix
     lines = (tmp_path / "a.log").read_text().splitlines()
     assert lines and all(split_rank(line)[0] == 3 and split_rank(line)[1].startswith("py-spy | ") for line in lines)
     assert any("hang_here" in line for line in lines), lines
+
+
+SLOW_IMPORTS = ("typing", "zipfile", "importlib.abc", "importlib.util", "tarfile", "asyncio")
+"""Modules that cost a helper call tens of milliseconds on a loaded node (python -X importtime here: typing 14-40 ms,
+zipfile 116 ms under load); the helper pays for its imports on every call."""
+
+
+@pytest.mark.parametrize("path", [*NODESIDE_FILES, "nodeside/boot.py"])
+def test_what_every_helper_call_imports_starts_fast(path):
+    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
+    slow = [name for name in names if name in SLOW_IMPORTS]
+    assert not slow, f"{path} imports {slow} at module level: import it where it is used (as cmd_launch does tarfile)"
