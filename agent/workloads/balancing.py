@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from .balance import DRIFT, RankShare, drifted, plan_shares, step_slices, weighted_loss
 from .dist import Ranks
-from .errors import note
+from .errors import WorkloadError, note
 from .protocol import emit
 
 __all__ = ["Balancer", "wrap_ddp"]
@@ -57,8 +57,12 @@ class Balancer:
         self.global_batch = self.micro * int(spec["grad_accum_steps"]) * ranks.world_size
         self.seed = int(spec.seed)
         self.node = os.environ.get("FTWIZ_NODE") or socket.gethostname()
-        caps = spec.extra.get("max_micro_batch") or {}
-        self.max_micro = int(caps.get(self.node, self.micro)) if isinstance(caps, dict) else self.micro
+        # job.json: each GPU node's largest micro-batch, from the checklist's memory fit (a claim: checked here)
+        caps = spec.job.get("max_micro_batch") or {}
+        cap = caps.get(self.node) if isinstance(caps, dict) else None
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            raise WorkloadError(f"job spec {spec.path}: max_micro_batch[{self.node!r}] must be a whole number >= 1 (got {cap!r})")
+        self.max_micro = max(self.micro, cap) if cap is not None else self.micro
         self.steps_per_epoch = max(1, len(dataset) // self.global_batch)
         self.shares: list[RankShare] = []
         self.speeds: list[float] = []

@@ -120,3 +120,34 @@ def test_cpu_ranks_and_a_gpu_selection_on_one_node_is_a_config_error():
     with pytest.raises(ConfigError, match="keep one"):
         parse_config('[[nodes]]\nname = "a"\nhost = "h"\ngpus = 2\ncpu_ranks = 2\n')
     assert parse_config('[[nodes]]\nname = "a"\nhost = "h"\ncpu_ranks = 2\n').nodes[0].cpu_ranks == 2
+
+
+def test_balance_auto_gives_each_gpu_node_its_largest_micro_batch_that_fits():
+    """``mem.fit`` with ``balance = "auto"``: per node, the largest micro-batch whose estimated peak fits its
+    smallest GPU (an 80 GB H100 takes more than a 24 GB card), never below ``micro_batch_size``; a node without
+    a GPU gets no cap. The estimate is the real one (Llama-2-7B from the catalog, QLoRA)."""
+    from shared import estimator
+    from shared.fit import fit
+    from tui.checks.resources import memory_fit, micro_caps, resolve_arch
+
+    small = GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", memory_total_bytes=24 * GIB, memory_free_bytes=23 * GIB)
+    reports = {"big": node_report("big"), "small": node_report("small"), "cpu": node_report("cpu")}
+    reports["small"].gpus = [small]
+    reports["cpu"].gpus = []
+    job = JobConfig(workload="sft", method="qlora", model="meta-llama/Llama-2-7b-hf", seq_len=2048, micro_batch_size=1,
+                    grad_accum_steps=64, balance="auto", sharding="ddp")
+    ctx = context(reports, job=job)
+    memory_fit(ctx)
+    caps = ctx.notes["micro_caps"]
+    assert set(caps) == {"big", "small"} and caps["big"] > caps["small"] >= 1, caps
+    arch = resolve_arch(ctx.config).arch
+    for node, free in (("big", 79 * GIB), ("small", 23 * GIB)):
+        def status(micro: int, free: int = free) -> str:
+            shaped = job.model_copy(update={"micro_batch_size": micro})
+            return fit(estimator.estimate(arch, shaped, dp_size=3, sharding="ddp"), free).status
+        assert status(caps[node]) == "fits", node
+        assert caps[node] < 192 and status(caps[node] + 1) != "fits", (node, caps[node])  # below the global batch (192): memory decides
+    assert micro_caps(ctx.config, ctx.reports, arch, dp_size=3, sharding="ddp") == caps  # the same rule, called alone
+    off = context(reports, job=job.model_copy(update={"balance": "off"}))
+    memory_fit(off)
+    assert "micro_caps" not in off.notes, "balance off: nothing to cap"

@@ -148,3 +148,38 @@ def test_your_codes_shares_come_from_the_checklists_probe_into_each_nodes_job(tm
     balance = d.record()["balance"]
     assert [r["samples_per_step"] for r in balance["ranks"]] == samples and why in balance["why"]
     assert any(why in str(event) for event in d.events), "the launch log says how the split was made"
+
+
+def test_each_gpus_largest_micro_batch_from_the_checklist_reaches_the_recipe_and_your_code(tmp_path):
+    """``balance = "auto"``: the memory fit's per-node micro-batch caps (``ChecklistRun.micro_caps``) go into every
+    node's ``job.json`` for the built-in recipe's balancer, and bound your own code's ``FTWIZ_MICRO_BATCH``."""
+    config, reports = _three_nodes(tmp_path)
+    caps = {"a": 3, "b": 1, "c": 1}
+    compute = SimpleNamespace(rates={"a": (2.0,), "b": (1.0,), "c": (1.0,)}, note="")
+    config.job = config.job.model_copy(update={"balance": "auto", "micro_batch_size": 2, "grad_accum_steps": 2})
+    config.job.model_fields_set.update({"micro_batch_size", "grad_accum_steps"})
+    prepared, _ = new_run(config, options=Driven(tmp_path).options, reports=reports, resume=False,
+                          checked=SimpleNamespace(results=[], sync=None, network_env=None, sharding=None, compute=compute, micro_caps=caps))
+    assert prepared.launcher.micro_caps == caps
+    prepared.record.close()
+    d = _launch_and_finish(tmp_path, config, reports=reports, compute=compute, micro_caps=caps)
+    total = 0
+    for node in NODES:
+        job = json.loads((d.fake.nodes[node].files or {})["job.json"])
+        (mine,) = job["balance_env"][node]
+        assert int(mine["FTWIZ_MICRO_BATCH"]) <= caps[node], (node, mine)
+        assert int(mine["FTWIZ_MICRO_BATCH"]) * int(mine["FTWIZ_GRAD_ACCUM"]) == int(mine["FTWIZ_SAMPLES_PER_STEP"])
+        total += int(mine["FTWIZ_SAMPLES_PER_STEP"])
+        assert "max_micro_batch" not in job, "your own code reads its numbers from FTWIZ_*; the recipe's key is not set"
+    assert total == 12, "the global batch stays what the job says"
+
+    sft = config.model_copy(update={"job": JobConfig(workload="sft", model=MODEL, dataset=str(tmp_path / "train.jsonl"), method="lora",
+                                                     balance="auto", micro_batch_size=2, grad_accum_steps=2, sharding="ddp",
+                                                     stall_timeout_s=60.0, first_step_grace_s=600.0)})
+    for balance, expected in (("auto", caps), ("off", None)):
+        sft.job = sft.job.model_copy(update={"balance": balance})
+        (tmp_path / balance).mkdir()
+        d = _launch_and_finish(tmp_path / balance, sft, reports=reports, micro_caps=caps)
+        for node in NODES:
+            job = json.loads((d.fake.nodes[node].files or {})["job.json"])
+            assert job.get("max_micro_batch") == expected, (balance, node, job.get("max_micro_batch"))

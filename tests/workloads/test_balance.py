@@ -181,3 +181,28 @@ def test_unequal_shares_give_the_single_process_gradient(tmp_path: Path, shardin
     assert loss.item() == pytest.approx(total / len(samples))
     for name, param in reference.named_parameters():
         torch.testing.assert_close(balanced[name], param.grad, rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_the_balancer_takes_its_nodes_micro_batch_cap_from_job_json(tmp_path: Path, monkeypatch):
+    """``max_micro_batch`` in job.json (the launch writes the checklist's per-GPU-node caps there) bounds this
+    node's micro-batch; another node's cap, no cap, or a cap below micro_batch_size leave micro_batch_size; a cap
+    that is not a whole number is refused naming the file and the key (it comes from a file: a claim)."""
+    import json
+
+    from agent.workloads.balancing import Balancer
+    from agent.workloads.dist import Ranks
+    from agent.workloads.errors import WorkloadError
+    from agent.workloads.spec import load_spec
+
+    def balancer(caps, node: str = "big") -> Balancer:
+        path = tmp_path / "job.json"
+        path.write_text(json.dumps({"workload": "sft", "micro_batch_size": 2, "grad_accum_steps": 4, "balance": "auto",
+                                    **({"max_micro_batch": caps} if caps is not None else {})}))
+        monkeypatch.setenv("FTWIZ_NODE", node)
+        return Balancer(None, list(range(64)), None, load_spec(str(path)), Ranks(0, 0, 2, 1), fsdp=True)
+
+    assert balancer({"big": 6, "small": 2}).max_micro == 6
+    assert balancer({"big": 6, "small": 2}, node="small").max_micro == 2
+    assert balancer({"other": 9}).max_micro == 2 and balancer(None).max_micro == 2 and balancer({"big": 1}).max_micro == 2
+    with pytest.raises(WorkloadError, match=r"job\.json: max_micro_batch\['big'\] must be a whole number >= 1 \(got '6'\)"):
+        balancer({"big": "6"})

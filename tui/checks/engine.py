@@ -84,6 +84,9 @@ class ChecklistRun:
     compute: Optional[Any] = None
     """What ``plan.balance`` measured (:class:`shared.computeplan.ProbeFigures`), or why nothing; None when it did not run.
     ``balance = "auto"`` for your own code splits each step's samples by it (:func:`shared.balanceplan.plan_command`)."""
+    micro_caps: Optional[dict[str, int]] = None
+    """With ``balance = "auto"``: per node with GPUs, the largest micro-batch that fits its smallest GPU
+    (:func:`tui.checks.resources.micro_caps`, from ``mem.fit``'s estimate); None when ``mem.fit`` made none."""
 
     @property
     def ok(self) -> bool:
@@ -173,7 +176,8 @@ async def run_checklist_full(
     return ChecklistRun(rows, statuses, outcomes, time.monotonic() - started,
                         rendezvous_listener_until=ctx.notes.get("rendezvous_listener_until"),
                         mesh=ctx.notes.get("mesh"), mesh_run=ctx.notes.get("mesh_run"), sync=ctx.notes.get("sync"),
-                        network_env=_approved_env(config, ctx), sharding=ctx.notes.get("sharding"), compute=ctx.notes.get("compute"))
+                        network_env=_approved_env(config, ctx), sharding=ctx.notes.get("sharding"), compute=ctx.notes.get("compute"),
+                        micro_caps=ctx.notes.get("micro_caps"))
 
 
 def _approved_env(config: FtwizConfig, ctx: CheckContext) -> Optional[dict[str, dict[str, str]]]:

@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from shared.config import FtwizConfig, NodeConfig
 from shared.models import DiskInfo, NodeReport
@@ -154,6 +154,8 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
     sharding, why = choose_sharding(source.arch, job, dp_size=dp, free_bytes=free_per_gpu(ctx.config, ctx.reports))
     ctx.notes["sharding"] = (sharding, why)  # what the launch runs (ChecklistRun.sharding): never estimated twice
     est = estimator.estimate(source.arch, job, dp_size=dp, sharding=sharding)
+    if job.balance == "auto":  # each GPU's largest micro-batch: a faster card's bigger share within its memory
+        ctx.notes["micro_caps"] = micro_caps(ctx.config, ctx.reports, source.arch, dp_size=dp, sharding=sharding)
     other = estimator.estimate(source.arch, job, dp_size=dp, sharding="fsdp" if sharding == "ddp" else "ddp") if dp > 1 else None
     both = f"{est.sharding} {est.total_bytes / GIB:.1f} GiB" + (f", {other.sharding} {other.total_bytes / GIB:.1f} GiB" if other else "")
     context = f"per GPU: {both}; {why}{planned_note(job)}"
@@ -175,6 +177,44 @@ def memory_fit(ctx: CheckContext) -> list[CheckResult]:
             continue
         rows.append(_fit_row(est, node, gpus, f"{source.source}; {context}"))
     return rows
+
+
+def micro_caps(config: FtwizConfig, reports: Mapping[str, Any], arch: Any, *, dp_size: int,
+               sharding: Literal["ddp", "fsdp"]) -> dict[str, int]:
+    """Per node with GPUs: the largest micro-batch whose estimated peak *fits* (not merely "tight") the node's
+    smallest free GPU, between ``micro_batch_size`` (the size this row judges) and the global batch.
+
+    ``balance = "auto"`` gives a faster rank more samples per step; within this cap they come as a bigger
+    micro-batch, beyond it as accumulation. Nodes without GPUs (or of unknown free memory) are left out: their
+    ranks keep ``micro_batch_size``.
+    """
+    from shared import estimator
+    from shared.fit import fit
+
+    job = config.job
+    top = job.micro_batch_size * job.grad_accum_steps * max(1, dp_size)
+    caps: dict[str, int] = {}
+    for node in config.nodes:
+        report = reports.get(node.name)
+        gpus = selected_gpus(node, report) if report is not None else []
+        free = [g.memory_free_bytes if g.memory_free_bytes is not None else g.memory_total_bytes for g in gpus]
+        if not free or any(f is None for f in free):
+            continue
+        smallest = int(min(f for f in free if f is not None))
+
+        def fits(micro: int, free_bytes: int = smallest) -> bool:
+            shaped = job.model_copy(update={"micro_batch_size": micro})
+            return fit(estimator.estimate(arch, shaped, dp_size=dp_size, sharding=sharding), free_bytes).status == "fits"
+
+        low, high = job.micro_batch_size, top  # the peak grows with the micro-batch: the last size that fits
+        if not fits(low):
+            caps[node.name] = low  # the row itself says it does not fit; balance asks no more of it
+            continue
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        caps[node.name] = low
+    return caps
 
 
 def launch_sharding(config: FtwizConfig, reports: Mapping[str, Any]) -> tuple[str, str]:

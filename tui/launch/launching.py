@@ -39,6 +39,7 @@ class Launcher:
         network_env: "Mapping[str, Mapping[str, str]] | None",
         sharding: "Sharding | None",
         compute: "Any",
+        micro_caps: "Mapping[str, int] | None" = None,
         start_not_before: "float | None",
     ) -> None:
         self.core = core
@@ -48,6 +49,8 @@ class Launcher:
         self.sharding = sharding
         #: The checklist's compute probe (:class:`shared.computeplan.ProbeFigures`): your own code's balance shares.
         self.compute = compute
+        #: ``balance = "auto"``: each GPU node's largest micro-batch (``mem.fit``'s estimate); None without a checklist.
+        self.micro_caps = micro_caps
         #: Every decision of the launch, made once (:class:`~tui.launch.launchplan.LaunchPlan`); None until launched.
         self.launch_plan: "LaunchPlan | None" = None
         self.resume = bool(core.record.model.resume)
@@ -116,7 +119,7 @@ class Launcher:
         try:
             plan = build_launch_plan(
                 self.core.config, run_id=self.core.run_id, rundirs={name: r.rundir_abs or "" for name, r in self.core.runners.items()},
-                reports=self.core.reports, network_env=self.network_env, sharding=self.sharding, compute=self.compute, package=package,
+                reports=self.core.reports, network_env=self.network_env, sharding=self.sharding, compute=self.compute, micro_caps=self.micro_caps, package=package,
                 resume=self.resume, output_dir=self.output_dir,
                 config_dir=os.path.dirname(config_source) if config_source else None,
             )

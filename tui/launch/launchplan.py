@@ -79,12 +79,15 @@ def build_launch_plan(
     output_dir: str,
     config_dir: Optional[str] = None,
     compute: Optional[Any] = None,
+    micro_caps: Optional[Mapping[str, int]] = None,
 ) -> LaunchPlan:
     """The plan for a run of ``config`` whose nodes hold their run dirs at ``rundirs`` (absolute, on each node).
 
     ``network_env`` and ``sharding`` are the checklist's when it ran (:class:`tui.checks.engine.ChecklistRun`);
     ``sharding`` None with ``sharding = "auto"`` asks the estimator here, once. ``compute`` is the checklist's
-    probe (:class:`shared.computeplan.ProbeFigures`; None when it did not run): your own code's shares. Raises
+    probe (:class:`shared.computeplan.ProbeFigures`; None when it did not run): your own code's shares.
+    ``micro_caps`` (``balance = "auto"``: each GPU node's largest micro-batch, from the checklist's memory fit)
+    bounds a rank's micro-batch; a bigger share beyond it comes as accumulation. Raises
     :class:`tui.codeship.CodeDirError` when the user's code cannot ship (over the cap, missing): nothing starts then.
     """
     gpus = {name: [g.index for g in getattr(r, "gpus", [])] for name, r in reports.items() if r is not None}
@@ -101,7 +104,10 @@ def build_launch_plan(
         spec["sharding"], spec["sharding_reason"] = sharding
     else:
         sharding = None
-    balance = command_balance(config, {p.node: p.nproc for p in plans}, compute)
+    caps = dict(micro_caps or {}) if config.job.balance == "auto" else {}
+    if caps and config.job.workload == "sft":
+        spec["max_micro_batch"] = caps  # the recipe's balancer caps each node's micro-batch with it
+    balance = command_balance(config, {p.node: p.nproc for p in plans}, compute, caps)
     if balance is not None and balance.sets_env:  # each rank's usercode runner sets its FTWIZ_* from this (torchrun gives one env per node)
         spec["balance_env"] = {node: [balance.env(node, local) for local in range(len(ranks))] for node, ranks in balance.nodes.items()}
     slices = {}
@@ -137,7 +143,8 @@ def build_launch_plan(
     )
 
 
-def command_balance(config: FtwizConfig, ranks: Mapping[str, int], compute: Optional[Any]) -> Optional[CommandBalance]:
+def command_balance(config: FtwizConfig, ranks: Mapping[str, int], compute: Optional[Any],
+                    micro_caps: Optional[Mapping[str, int]] = None) -> Optional[CommandBalance]:
     """Your own code's batch numbers per rank (``workload = "command"`` only): with ``balance = "auto"`` split by
     the checklist's compute probe (``compute.rates``), otherwise (or without figures) uniform, saying why."""
     job = config.job
@@ -148,7 +155,7 @@ def command_balance(config: FtwizConfig, ranks: Mapping[str, int], compute: Opti
         "no checklist ran before the launch, so no compute probe"
     declared = bool({"micro_batch_size", "grad_accum_steps"} & job.model_fields_set)
     return plan_command(job.balance, ranks, micro_batch=job.micro_batch_size, grad_accum=job.grad_accum_steps,
-                        rates=rates, no_rates=no_rates, declared=declared)
+                        rates=rates, no_rates=no_rates, max_micro=micro_caps or None, declared=declared)
 
 
 def _user_code(config: FtwizConfig, *, run_id: str, config_dir: Optional[str]) -> tuple[Optional[CodeBundle], dict[str, Any]]:

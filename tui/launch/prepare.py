@@ -62,7 +62,7 @@ def new_run(
     """A run ready to :meth:`~tui.launch.run.Run.launch`, and a warning to show (or None).
 
     ``checked`` is the checklist run the launch follows (:class:`tui.checks.engine.ChecklistRun`): the launch
-    takes the interface environment, the sharding it approved and its compute probe's figures as they are; its rows and its gradient-sync
+    takes the interface environment, the sharding it approved, its compute probe's figures and each GPU's largest micro-batch as they are; its rows and its gradient-sync
     forecast go into ``run.json``, and the forecast is shown beside the sync time the run measures. Without it
     (or when it made no interface plan) the plan is :func:`shared.netplan.node_env` over ``reports``, made here
     once; when it cannot be made, NCCL/gloo pick interfaces themselves and the warning says so.
@@ -84,6 +84,7 @@ def new_run(
         network_env=network_env,
         sharding=getattr(checked, "sharding", None),
         compute=getattr(checked, "compute", None),
+        micro_caps=getattr(checked, "micro_caps", None),
         resume=resume,
         output_dir=source.output_dir if source else None,
         resumed_from=source.run_id if source else None,

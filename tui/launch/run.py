@@ -64,6 +64,7 @@ class Run(RunCore):
         network_env: Optional[Mapping[str, Mapping[str, str]]] = None,
         sharding: Optional[Sharding] = None,
         compute: Optional[Any] = None,
+        micro_caps: Optional[Mapping[str, int]] = None,
         resume: bool = False,
         output_dir: Optional[str] = None,
         resumed_from: Optional[str] = None,
@@ -90,7 +91,8 @@ class Run(RunCore):
         if record.index_problem:
             self.note(record.index_problem, "warn")
         self.stop = StopSequence(self)
-        self.launcher = Launcher(self, self.stop, network_env=network_env, sharding=sharding, compute=compute, start_not_before=start_not_before)
+        self.launcher = Launcher(self, self.stop, network_env=network_env, sharding=sharding, compute=compute,
+                                 micro_caps=micro_caps, start_not_before=start_not_before)
         self.reattach = Reattach(self, self.stop)
         self._reconnects: dict[str, Future] = {}
         if options.on_run is not None:
