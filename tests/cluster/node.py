@@ -282,12 +282,16 @@ class Node:
     def kill_strays(self) -> list[int]:
         """Kill every process in the namespace but the sshd listener and the agent (with the agent's children).
 
-        What was started over ssh (its own session under sshd) or by :meth:`popen` counts as stray.
+        What was started over ssh (its own session under sshd) or by :meth:`popen` counts as stray; the
+        listener's own per-connection processes (``sshd: [net]``, ``sshd-session``: they call setsid, and
+        linger a moment after a client such as a port probe closed) do not.
         """
         sessions = {p.pid for p in (self._agent, self._sshd) if p is not None and p.poll() is None}
         agent = self._agent.pid if self.agent_running else None
+        sshd = self._sshd.pid if self._sshd is not None and self._sshd.poll() is None else None
         stray = [pid for pid in reaper.namespace_pids(self.netns)
-                 if _stat_field(pid, 3) not in sessions and (agent is None or not _descends_from(pid, agent))]
+                 if _stat_field(pid, 3) not in sessions and (agent is None or not _descends_from(pid, agent))
+                 and not (sshd is not None and _comm(pid).startswith("sshd") and _descends_from(pid, sshd))]
         for pid in stray:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -350,6 +354,14 @@ def _stat_field(pid: int, index: int) -> Optional[int]:
     except OSError:
         return None
     return int(stat.rsplit(")", 1)[1].split()[index])
+
+
+def _comm(pid: int) -> str:
+    """The process's command name (/proc/PID/comm), or "" if gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _descends_from(pid: int, ancestor: int) -> bool:

@@ -190,6 +190,13 @@ def test_firewall_mtu_sshd_and_heal(make_cluster):
     assert connect_from(node1, node0.address, 22) and node1.tcp_open(22)
     assert node1.link_state()["mtu"] == 1500
     assert cluster.heal() == []
+    # A client still connected to node0's sshd: the listener's per-connection process (its own session) is
+    # sshd's, not a stray (CI: a port probe's lingering "sshd: [net]" made heal() report node0; node0 is healed
+    # first, while the connection is open). The client itself, started on node1 by the test, is a stray.
+    code = f"import socket, time; s = socket.create_connection(({node0.address!r}, 22)); s.recv(64); print('up', flush=True); time.sleep(120)"
+    holder = node1.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "up"  # sshd's banner came: its child exists
+    assert cluster.heal() == ["node1: stray processes killed"]
 
 
 def test_heal_kills_strays_but_keeps_daemons(make_cluster):

@@ -115,7 +115,10 @@ class LaunchScreen(StepScreen):
         return text
 
     def _flush_lines(self) -> None:
-        logs = self.query_one(NodeLogs)
+        found = self.query(NodeLogs)
+        if not found:  # the timer fired while the screen is not (or no longer) composed: the lines wait for it
+            return
+        logs = found.first()
         for node, lines in self.wizard.launch.take_unseen().items():
             logs.append(node, lines)
 
