@@ -194,6 +194,7 @@ def micro_caps(config: FtwizConfig, reports: Mapping[str, Any], arch: Any, *, dp
     job = config.job
     top = job.micro_batch_size * job.grad_accum_steps * max(1, dp_size)
     caps: dict[str, int] = {}
+    by_free: dict[int, int] = {}  # nodes with the same smallest GPU get the same answer: search once per size
     for node in config.nodes:
         report = reports.get(node.name)
         gpus = selected_gpus(node, report) if report is not None else []
@@ -201,19 +202,20 @@ def micro_caps(config: FtwizConfig, reports: Mapping[str, Any], arch: Any, *, dp
         if not free or any(f is None for f in free):
             continue
         smallest = int(min(f for f in free if f is not None))
+        if smallest in by_free:
+            caps[node.name] = by_free[smallest]
+            continue
 
         def fits(micro: int, free_bytes: int = smallest) -> bool:
             shaped = job.model_copy(update={"micro_batch_size": micro})
             return fit(estimator.estimate(arch, shaped, dp_size=dp_size, sharding=sharding), free_bytes).status == "fits"
 
         low, high = job.micro_batch_size, top  # the peak grows with the micro-batch: the last size that fits
-        if not fits(low):
-            caps[node.name] = low  # the row itself says it does not fit; balance asks no more of it
-            continue
-        while low < high:
-            mid = (low + high + 1) // 2
-            low, high = (mid, high) if fits(mid) else (low, mid - 1)
-        caps[node.name] = low
+        if fits(low):  # else the row itself says it does not fit, and balance asks no more of it
+            while low < high:
+                mid = (low + high + 1) // 2
+                low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        caps[node.name] = by_free[smallest] = low
     return caps
 
 
