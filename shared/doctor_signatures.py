@@ -293,8 +293,12 @@ SIGNATURES: tuple[Signature, ...] = (
          recovered=_LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?\d"),
     _sig("loss.nan", r"Loss is NaN|nan loss|"
          r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)|Loss became infinite or NaN|"
-         r"loss is not finite|returned nan values in its \d+th output|NaN or Inf found in input tensor", 8,
+         r"loss is not finite|returned nan values in its \d+th output", 8,
          "hpcaitech/ColossalAI#3439"),
+    # tensorboardX's warning when a nan/inf scalar is logged: a skipped fp16 step's grad norm in the first steps, or
+    # a diverged loss; read like the logged value itself (warm-up when a finite value follows, else evidence)
+    _sig("loss.nan", r"NaN or Inf found in input tensor", 8, "NVIDIA/apex#493 (beside the scale falling to 2)",
+         recovered=_LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?\d"),
     # the fp16 loss scale driven to its floor: not warm-up any more (fairseq: 'setting loss scale to: 0.000122', then
     # FloatingPointError: Minimum loss scale reached)
     _sig("loss.nan", r"Current loss scale already at minimum|Minimum loss scale reached|"

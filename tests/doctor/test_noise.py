@@ -48,6 +48,15 @@ def test_a_nan_grad_norm_in_the_first_logged_steps_is_warmup_when_finite_values_
     assert _first(tmp_path, _tuning_case("JeffWang987-DriveDreamer-23-1")) == "loss.nan"
 
 
+def test_tensorboards_nan_scalar_warning_is_read_like_the_logged_value(tmp_path):
+    warmup = ["Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0",
+              "Warning: NaN or Inf found in input tensor.",
+              "Epoch: 1 | step 20 | loss: 6.8008 | grad_norm: 2.31"]
+    assert _first(tmp_path, warmup) is None
+    assert _first(tmp_path, ["Epoch: 15 | step 8000 | loss: 0.1499 | grad_norm: 0.42",
+                             "Warning: NaN or Inf found in input tensor."]) == "loss.nan"
+
+
 def test_fairseqs_loss_scale_notes_are_warmup_until_the_scale_reaches_its_floor(tmp_path):
     assert _first(tmp_path, [
         "2020-08-01 12:39:16 | INFO | fairseq.trainer | NOTE: overflow detected, setting loss scale to: 1024.0",
