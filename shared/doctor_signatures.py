@@ -164,7 +164,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("nccl.timeout", r"Watchdog caught collective operation timeout", 6,
          "https://github.com/hiyouga/LlamaFactory/issues/7396", echo=True),
     # ('Some NCCL operations have failed or timed out' is the watchdog's report of any NCCL error, a timeout or not:
-    # no timeout by itself; the error it names beside it speaks: hiyouga/LLaMA-Factory#6849's ncclRemoteError)
+    # its own signature below, which yields to the error it names)
     _sig("nccl.timeout", r"\[Rank \d+\] (?!Some NCCL operations have failed or timed out).*timed out|"
          r"Timed out waiting \d+ms for recv operation|"
          r"Gloo .*timed out|Socket Timeout|NCCL communicator was aborted", 5,
@@ -173,6 +173,12 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("nccl.timeout", r"ncclCommWatchdog|WorkNCCL::checkTimeout|"
          r"\[missing ranks: [\d, ]+\]|watchdog got stuck|Heartbeat monitor timed out", 4,
          "the watchdog's own stack frames; horovod/horovod#457 (its stall report)", echo=True),
+    # the watchdog's report of a failed or timed-out collective: a timeout (the headless form of a watchdog log), unless
+    # the same log then names the NCCL error behind it, which speaks instead (hiyouga/LLaMA-Factory#6849: the report,
+    # then 'NCCL error: remote process exited or there was a network error' and ncclRemoteError)
+    _sig("nccl.timeout", r"Some NCCL operations have failed or timed out", 4,
+         "hiyouga/LLaMA-Factory#6849", echo=True,
+         until=r"NCCL error:? (?!.*tim(?:ed|e) ?out)|nccl(?:Remote|System|Internal|UnhandledCuda)Error|ncclInvalid(?:Usage|Argument)"),
     # --- rendezvous
     _sig("rendezvous", r"RendezvousConnectionError|The connection to the C10d store has failed", 8,
          "https://github.com/pytorch/pytorch/issues/67547"),

@@ -103,3 +103,6 @@ def test_the_watchdogs_failed_or_timed_out_report_defers_to_the_error_it_names(t
         "WorkNCCL(SeqNum=20879, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800088 milliseconds before timing out.",
         report,
     ]) == "nccl.timeout"
+    # a headless watchdog log (the family: the report without the timeout headline) is still a timeout
+    assert _first(tmp_path, [report, "[rank5]:[E207 19:37:09.983555114 ProcessGroupNCCL.cpp:695] [Rank 5] To avoid data "
+                             "inconsistency, we are taking the entire process down."]) == "nccl.timeout"
