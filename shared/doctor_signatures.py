@@ -91,12 +91,17 @@ class Signature:
     needs: re.Pattern[str] | None = None
     """For a line that is only a warning unless the run then dies of it: a later line of the same log that shows
     the death (without one the line is no evidence)."""
+    recovered: re.Pattern[str] | None = None
+    """For a value that may blip in a run's first logged steps (a nan grad norm while the fp16 loss scale settles): a
+    line of the same log showing the value finite. A match before any such line is warm-up, no evidence once a finite
+    value follows; a match after the run has shown finite values is evidence even if the value recovers."""
 
 
 def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False, fix: str = "", until: str = "",
-         needs: str = "") -> Signature:
+         needs: str = "", recovered: str = "") -> Signature:
     return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source, fix,
-                     re.compile(until, re.IGNORECASE) if until else None, re.compile(needs) if needs else None)
+                     re.compile(until, re.IGNORECASE) if until else None, re.compile(needs) if needs else None,
+                     re.compile(recovered, re.IGNORECASE) if recovered else None)
 
 
 #: The process died without an exception of its own: a glog/absl FATAL line (``F0105 11:48:25.52 123 file.cc:65]``,
@@ -113,6 +118,10 @@ _PYTHON_DIED = (r"Traceback \(most recent call last\)|^\s*[A-Za-z_][\w.]*(?:Erro
 _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torch has no NCCL): use the gloo backend there — "
                "`--backend gloo` for a script that takes it, or init_process_group(\"nccl\" if torch.cuda.is_available() else \"gloo\") "
                "— or run that node's ranks on CPU with `[[nodes]] cpu_ranks = N`")
+
+#: A training loss or grad norm as logs name it: ``loss``, ``'grad_norm'``, ``grad norm``, ``total_loss``, ``lm loss``
+#: (an ``eval_loss``, a ``val_loss`` or a ``loss_cls`` component is not: no word boundary before or after ``loss``).
+_LOGGED_LOSS = r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?(?:loss|grad[ _]norm)\b"
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- GPU memory
@@ -154,13 +163,22 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- watchdog timeouts (a symptom: some other rank stopped first)
     _sig("nccl.timeout", r"Watchdog caught collective operation timeout", 6,
          "https://github.com/hiyouga/LlamaFactory/issues/7396", echo=True),
-    _sig("nccl.timeout", r"\[Rank \d+\] .*timed out|Timed out waiting \d+ms for recv operation|"
+    # ('Some NCCL operations have failed or timed out' is the watchdog's report of any NCCL error, a timeout or not:
+    # its own signature below, which yields to the error it names)
+    _sig("nccl.timeout", r"\[Rank \d+\] (?!Some NCCL operations have failed or timed out).*timed out|"
+         r"Timed out waiting \d+ms for recv operation|"
          r"Gloo .*timed out|Socket Timeout|NCCL communicator was aborted", 5,
          "https://github.com/pytorch/pytorch/issues/118369", echo=True),
     # the watchdog's stack frames without its headline line, and Horovod's stall report
-    _sig("nccl.timeout", r"ncclCommWatchdog|WorkNCCL::checkTimeout|Some NCCL operations have failed or timed out|"
+    _sig("nccl.timeout", r"ncclCommWatchdog|WorkNCCL::checkTimeout|"
          r"\[missing ranks: [\d, ]+\]|watchdog got stuck|Heartbeat monitor timed out", 4,
-         "hiyouga/LLaMA-Factory#6849, horovod/horovod#457", echo=True),
+         "the watchdog's own stack frames; horovod/horovod#457 (its stall report)", echo=True),
+    # the watchdog's report of a failed or timed-out collective: a timeout (the headless form of a watchdog log), unless
+    # the same log then names the NCCL error behind it, which speaks instead (hiyouga/LLaMA-Factory#6849: the report,
+    # then 'NCCL error: remote process exited or there was a network error' and ncclRemoteError)
+    _sig("nccl.timeout", r"Some NCCL operations have failed or timed out", 4,
+         "hiyouga/LLaMA-Factory#6849", echo=True,
+         until=r"NCCL error:? (?!.*tim(?:ed|e) ?out)|nccl(?:Remote|System|Internal|UnhandledCuda)Error|ncclInvalid(?:Usage|Argument)"),
     # --- rendezvous
     _sig("rendezvous", r"RendezvousConnectionError|The connection to the C10d store has failed", 8,
          "https://github.com/pytorch/pytorch/issues/67547"),
@@ -271,14 +289,29 @@ SIGNATURES: tuple[Signature, ...] = (
          r"huggingface\.co.*(?:Max retries exceeded|NameResolutionError|ConnectTimeout|ReadTimeout)", 9,
          "https://github.com/ml-explore/mlx-examples/issues/759; chflame163/ComfyUI_LayerStyle_Advance#110 (repo id validation)"),
     # --- loss
-    _sig("loss.nan", r"\b(?:loss|grad[ _]norm)\b['\"]?\s*[:=]?\s*['\"]?-?(?:nan|inf)\b|Loss is NaN|nan loss|"
+    # a logged loss or grad norm that is nan/inf (a training loss: ``total_loss``, ``lm loss``; never ``eval_loss`` or a
+    # perplexity). In the first logged steps, before any finite value, it is the fp16 loss scale settling (a skipped step
+    # logs a nan grad norm) when a finite value follows: mmocr's 'grad_norm: nan' at step 100 then 3.98 (JiaquanYe/
+    # TableMASTER-mmocr#32, 'normal if the loss can converge'). After finite values it is divergence, even if it recovers.
+    _sig("loss.nan", _LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?(?:nan|inf)\b", 8,
+         "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396, "
+         "JeffWang987/DriveDreamer#23 (total_loss: nan after finite steps)",
+         recovered=_LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?\d"),
+    _sig("loss.nan", r"Loss is NaN|nan loss|"
          r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)|Loss became infinite or NaN|"
-         r"loss is not finite|returned nan values in its \d+th output|NaN or Inf found in input tensor", 8,
-         "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396, hpcaitech/ColossalAI#3439"),
-    # the fp16 loss scale driven to its floor: not warm-up any more
-    _sig("loss.nan", r"Current loss scale already at minimum|reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+|0)\b|"
+         r"loss is not finite|returned nan values in its \d+th output", 8,
+         "hpcaitech/ColossalAI#3439"),
+    # tensorboardX's warning when a nan/inf scalar is logged: a skipped fp16 step's grad norm in the first steps, or
+    # a diverged loss; read like the logged value itself (warm-up when a finite value follows, else evidence)
+    _sig("loss.nan", r"NaN or Inf found in input tensor", 8, "NVIDIA/apex#493 (beside the scale falling to 2)",
+         recovered=_LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?\d"),
+    # the fp16 loss scale driven to its floor: not warm-up any more (fairseq: 'setting loss scale to: 0.000122', then
+    # FloatingPointError: Minimum loss scale reached)
+    _sig("loss.nan", r"Current loss scale already at minimum|Minimum loss scale reached|"
+         r"(?:reducing|setting) loss scale to:? (?:0\.\d+|\d(?:\.\d+)?e-\d+|0)\b|"
          r"reducing (?:loss scale )?to [0-4](?:\.0+)?(?!\.?\d)", 9,
-         "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex); a scale halved down "
+         "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex), "
+         "facebookresearch/fairseq#512 (fairseq's words); a scale halved down "
          "to 4 or less is past any warm-up (which starts at 2**16 or 2**32): ymcui/Chinese-LLaMA-Alpaca#534"),
     # --- DDP / FSDP usage
     # (the bare parameter name is no evidence: config dumps and launcher command lines print ddp_find_unused_parameters)
@@ -328,7 +361,15 @@ NORMAL: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p i
 ))
 #: Warnings: normal unless they carry a certain signature (weight >= :data:`WARNING_OVERRIDE`), as a
 #: ``UserWarning: CUDA initialization: The NVIDIA driver on your system is too old`` does.
-WARNINGS: re.Pattern[str] = re.compile(r"DeprecationWarning|FutureWarning|UserWarning|is deprecated", re.IGNORECASE)
+#: c10d's own W lines (``[W ProcessGroupNCCL.cpp:1250]``, ``[rank0]:[W624 12:52:07.29 ProcessGroupNCCL.cpp:1659]``,
+#: ``[W Utils.hpp:135]``) are warnings too: a process group not destroyed at exit, a deprecated variable, a barrier's
+#: guessed device, the heartbeat monitor finding the store already closed ('Failed to check the "should dump" flag on
+#: TCPStore ... Broken pipe'). A watchdog timeout is an E line; a W line counts only with a certain signature. (The
+#: store's own W line, ``[W TCPStore.cpp:125] ... recvValue failed ... Connection reset by peer``, stays evidence:
+#: qibin0506/Cortex#17's ranks lost the master that way.)
+WARNINGS: re.Pattern[str] = re.compile(r"DeprecationWarning|FutureWarning|UserWarning|is deprecated|"
+                                       r"\[W(?:\d{3,4} [\d:.]+(?: +\d+)?)? (?:\S+/)?(?:ProcessGroup\w*|NCCLUtils|Utils)\.[ch]pp:\d+\]",
+                                       re.IGNORECASE)
 WARNING_OVERRIDE = 9
 
 

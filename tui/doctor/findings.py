@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from shared.doctor_signatures import Signature, is_normal, match_line
+from shared.doctor_signatures import SIGNATURES, Signature, is_normal, match_line
 from shared.torchrun_failures import summary_exit, worker_failed
 
 from .logs import protocol
@@ -72,6 +72,9 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
     open_tb: dict[tuple[str, int | None], _Traceback] = {}
     waiting: dict[str, list[tuple[Finding, Signature]]] = {}  # per file: waits and retries not yet seen to succeed
     pending: dict[str, list[tuple[Finding, Signature]]] = {}  # per file: warnings that count once the process dies
+    warmup: dict[str, list[tuple[Finding, Signature]]] = {}  # per file: blips before any finite value of their kind
+    settled: set[tuple[str, Signature]] = set()  # (file, signature) whose value was seen finite: no warm-up any more
+    recovering = [(sig, sig.recovered) for sig in SIGNATURES if sig.recovered is not None]
     for line in lines:
         stream = (line.file, line.rank)
         text = line.text
@@ -79,6 +82,13 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
             if sig.until is not None and sig.until.search(text):  # the wait ended well: that line was no evidence
                 findings.remove(wait)
                 waiting[line.file].remove((wait, sig))
+        for sig, recovered in recovering:
+            if recovered.search(text) and not sig.pattern.search(text):  # the value is finite here
+                settled.add((line.file, sig))
+                for blip, of in list(warmup.get(line.file, ())):
+                    if of is sig:  # it blipped in the first steps and recovered: warm-up, no evidence
+                        findings.remove(blip)
+                        warmup[line.file].remove((blip, of))
         for warned, sig in list(pending.get(line.file, ())):
             if sig.needs is not None and sig.needs.search(text):  # the process died after the warning: now it is evidence
                 findings.append(warned)
@@ -134,6 +144,8 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
             findings.append(finding)
             if sig.until is not None:
                 waiting.setdefault(line.file, []).append((finding, sig))
+            if sig.recovered is not None and (line.file, sig) not in settled:
+                warmup.setdefault(line.file, []).append((finding, sig))
     return findings
 
 

@@ -1,0 +1,108 @@
+"""Healthy noise against the failure it resembles: fp16 loss-scale warm-up, a nan grad norm in the first logged steps,
+c10d's W lines, the NCCL watchdog's 'failed or timed out' report.
+
+Each test holds both sides of one family: the noise of a run that worked gives no diagnosis, and the real failure of
+that cause still speaks. The noise lines are *constructed* in the shapes mmocr, the HF Trainer, fairseq and c10d
+print; the failures that must still speak are also read from tuning-set cases of the corpus (never held-out ones).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.doctor.corpus import load_corpus
+from tui.doctor import diagnose_files
+
+
+def _first(tmp: Path, lines: list[str], name: str = "node0.log") -> str | None:
+    path = tmp / name
+    path.write_text("\n".join(lines) + "\n")
+    found = diagnose_files([path])
+    return found[0].cause if found else None
+
+
+def _tuning_case(case_id: str) -> list[str]:
+    case = next(c for c in load_corpus() if c.id == case_id)
+    assert not case.held_out, f"{case_id} is held out: tests never read held-out cases"
+    return case.excerpt.splitlines()
+
+
+def test_a_nan_grad_norm_in_the_first_logged_steps_is_warmup_when_finite_values_follow(tmp_path):
+    mmocr = ("2021-11-22 01:31:40,121 - mmocr - INFO - Epoch [1][{step}/62598]\tlr: 1.000e-03, time: 0.539, "
+             "loss: {loss}, grad_norm: {norm}")
+    assert _first(tmp_path, [mmocr.format(step=100, loss="1.9091", norm="nan"),
+                             mmocr.format(step=200, loss="0.9186", norm="3.9772")]) is None
+    trainer = "{{'loss': {loss}, 'grad_norm': {norm}, 'learning_rate': {lr}, 'epoch': {epoch}}}"
+    assert _first(tmp_path, [trainer.format(loss="2.3011", norm="nan", lr="0.0", epoch="0.01"),
+                             trainer.format(loss="2.2871", norm="inf", lr="2e-06", epoch="0.02"),
+                             trainer.format(loss="2.1057", norm="1.8125", lr="4e-06", epoch="0.03")]) is None
+    # an eval metric or a perplexity that is inf is no training loss
+    assert _first(tmp_path, ["{'eval_loss': nan, 'eval_perplexity': inf, 'epoch': 1.0}", "Epoch 1: val_loss=nan, ppl=inf"]) is None
+    # the failure still speaks: nan after finite values (even if it recovers once), nan that never recovers
+    assert _first(tmp_path, [mmocr.format(step=100, loss="1.9091", norm="3.1"), mmocr.format(step=200, loss="nan", norm="nan"),
+                             mmocr.format(step=300, loss="0.9186", norm="3.9772")]) == "loss.nan"
+    assert _first(tmp_path, [trainer.format(loss="0.2051", norm="nan", lr="9.77e-06", epoch="0.53"),
+                             trainer.format(loss="0.0", norm="nan", lr="9.77e-06", epoch="0.53")]) == "loss.nan"
+    assert _first(tmp_path, ["Epoch[1/20][6200/30477] lr: 5.000e-05, grad_scale: 4.000, total_loss: 0.166",
+                             "Epoch[1/20][6300/30477] lr: 5.000e-05, grad_scale: 2.000, total_loss: nan"]) == "loss.nan"
+    assert _first(tmp_path, _tuning_case("JeffWang987-DriveDreamer-23-1")) == "loss.nan"
+
+
+def test_tensorboards_nan_scalar_warning_is_read_like_the_logged_value(tmp_path):
+    warmup = ["Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0",
+              "Warning: NaN or Inf found in input tensor.",
+              "Epoch: 1 | step 20 | loss: 6.8008 | grad_norm: 2.31"]
+    assert _first(tmp_path, warmup) is None
+    assert _first(tmp_path, ["Epoch: 15 | step 8000 | loss: 0.1499 | grad_norm: 0.42",
+                             "Warning: NaN or Inf found in input tensor."]) == "loss.nan"
+
+
+def test_fairseqs_loss_scale_notes_are_warmup_until_the_scale_reaches_its_floor(tmp_path):
+    assert _first(tmp_path, [
+        "2020-08-01 12:39:16 | INFO | fairseq.trainer | NOTE: overflow detected, setting loss scale to: 1024.0",
+        "2020-08-01 12:39:39 | INFO | train_inner | epoch 001:   3615 / 6547 loss=0.439, nll_loss=0.001, loss_scale=1399",
+    ]) is None
+    assert _first(tmp_path, ["| WARNING: overflow detected, setting loss scale to: 0.0001220703125"]) == "loss.nan"
+    assert _first(tmp_path, ["FloatingPointError: Minimum loss scale reached (0.0001)."]) == "loss.nan"
+    assert _first(tmp_path, _tuning_case("facebookresearch-fairseq-512-1")) == "loss.nan"
+
+
+def test_c10d_warning_lines_of_a_run_that_worked_are_noise_and_a_watchdog_timeout_still_speaks(tmp_path):
+    assert _first(tmp_path, [
+        "[W Utils.hpp:135] Warning: Environment variable NCCL_ASYNC_ERROR_HANDLING is deprecated; use "
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING instead (function getCvarInt)",
+        "[rank0]:[W1016 08:12:20.338018212 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 0] using GPU 0 to perform "
+        "barrier as devices used by this process are currently unknown. This can potentially cause a hang if this rank to "
+        "GPU mapping is incorrect.",
+        "I1016 08:12:20.338 4030959 ProcessGroupNCCL.cpp:980] [PG ID 0 PG GUID 0 Rank 0] ProcessGroupNCCL environments: "
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING: 3, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC: 480, TIMEOUT(ms): 1800000",
+        "[rank0]:[W730 15:32:17.841273251 ProcessGroupNCCL.cpp:1479] Warning: WARNING: destroy_process_group() was not "
+        "called before program exit, which can leak resources. (function operator())",
+        '[rank7]:[W624 12:52:07.296197118 ProcessGroupNCCL.cpp:1659] [PG ID 0 PG GUID 0 Rank 7] Failed to check the '
+        '"should dump" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Broken pipe',
+    ]) is None
+    # the store's own W line is no c10d warning of that kind: a rank that lost the master still speaks
+    assert _first(tmp_path, _tuning_case("qibin0506-Cortex-17-1")) == "net.peer_lost"
+    assert _first(tmp_path, [
+        "[rank1]:[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+        "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800549 milliseconds before timing out.",
+    ]) == "nccl.timeout"
+
+
+def test_the_watchdogs_failed_or_timed_out_report_defers_to_the_error_it_names(tmp_path):
+    report = ("[rank5]:[E207 19:37:09.983540349 ProcessGroupNCCL.cpp:681] [Rank 5] Some NCCL operations have failed or "
+              "timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+              "corrupted/incomplete data.")
+    assert _first(tmp_path, [report, "ncclRemoteError: A call failed possibly due to a network error or a remote process "
+                             "exiting prematurely.", "socketProgressOpt: Call to recv from 10.1.2.3<49901> failed : Broken pipe"]
+                  ) == "net.peer_lost"
+    assert _first(tmp_path, _tuning_case("hiyouga-LlamaFactory-6849-1")) == "net.peer_lost"
+    # a real timeout: the watchdog's own timeout line comes first and still speaks
+    assert _first(tmp_path, [
+        "[rank5]:[E207 19:07:09.1 ProcessGroupNCCL.cpp:632] [Rank 5] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=20879, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800088 milliseconds before timing out.",
+        report,
+    ]) == "nccl.timeout"
+    # a headless watchdog log (the issue's family: the report without the timeout headline) is still a timeout
+    assert _first(tmp_path, [report, "[rank5]:[E207 19:37:09.983555114 ProcessGroupNCCL.cpp:695] [Rank 5] To avoid data "
+                             "inconsistency, we are taking the entire process down."]) == "nccl.timeout"
