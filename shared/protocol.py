@@ -64,8 +64,8 @@ with ``"ftwiz"`` first, e.g. ``print(json.dumps({"ftwiz": "progress", "step": 12
 "loss": 2.31}), flush=True)``. Only ``ftwiz`` and the fields you know are needed; ``rank`` defaults to
 the torchrun rank prefix of the line.
 
-Pure (no I/O, no torch): the controller parses with it, and the workloads ship a copy of this file
-beside them (``ftwiz_workloads/_wire.py``) and add :func:`emit` on top.
+Pure (no I/O, no torch, standard library only): the controller parses with it, and the launcher ships this file
+beside the workloads under the same name (``tui.launch.support.SHIPPED_SHARED``), which add ``emit`` on top.
 """
 
 from __future__ import annotations

@@ -55,8 +55,12 @@ def test_documented_kinds_match():
     assert KINDS == {"started", "heartbeat", "progress", "allreduce", "checkpoint", "note", "done", "error"}
 
 
-def test_package_uses_only_relative_imports():
-    """The launcher ships agent/workloads as ``ftwiz_workloads`` to nodes without ftwiz or pydantic."""
+def test_package_uses_only_relative_imports_and_the_shipped_shared_modules():
+    """The launcher ships agent/workloads as ``ftwiz_workloads`` to nodes without ftwiz or pydantic, with the ``shared``
+    modules it imports beside it (``SHIPPED_SHARED``)."""
+    from tui.launch.support import SHIPPED_SHARED
+
+    shipped = {path.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for path in SHIPPED_SHARED}
     forbidden = {"agent", "shared", "tui", "pydantic", "bench", "tests"}
     for path in sorted(SOURCE.glob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -67,28 +71,49 @@ def test_package_uses_only_relative_imports():
                 roots = {(node.module or "").split(".")[0]}
             else:
                 continue
-            if path.name in ("protocol.py", "balance.py") and roots == {"shared"}:
-                continue  # the repository fallback behind the shipped copy (see the test below)
+            names = {alias.name for alias in node.names} if isinstance(node, ast.Import) else {node.module or ""}
+            if names <= shipped:
+                continue
             assert not roots & forbidden, f"{path.name}:{node.lineno} imports {roots & forbidden}: use relative imports"
 
 
-def test_shipped_package_carries_the_shared_protocol(tmp_path):
-    """On a node the workloads import the protocol and the balance plan from the shipped copies of
-    shared/protocol.py and shared/balanceplan.py, not ``shared``."""
-    from tui.launch.support import workload_files
+def test_shipped_package_carries_the_shared_modules_under_their_own_names(tmp_path):
+    """On a node the workloads import the protocol, the balance plan and the wire names as ``shared.*``, from the files
+    shipped beside them, where ftwiz is not installed (``-I``: no site-packages, no PYTHONPATH, only the run dir)."""
+    from tui.launch.support import SHIPPED_SHARED, workload_files
 
     files = workload_files()
-    assert files["ftwiz_workloads/_wire.py"] == (REPO / "shared" / "protocol.py").read_bytes()
-    assert files["ftwiz_workloads/_balanceplan.py"] == (REPO / "shared" / "balanceplan.py").read_bytes()
+    for path in SHIPPED_SHARED:
+        assert files[path] == (REPO / path).read_bytes()
+    assert not [name for name in files if "/_wire" in name or "/_balanceplan" in name], "no renamed copies"
     for name, data in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
-    code = ("import ftwiz_workloads.protocol as p; assert p.format_line.__module__ == 'ftwiz_workloads._wire', p.format_line.__module__; "
-            "import ftwiz_workloads.balance as b; assert b.plan_shares.__module__ == 'ftwiz_workloads._balanceplan', b.plan_shares.__module__; "
-            "p.emit('progress', step=1)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    code = ("import sys; sys.path.insert(0, '.'); import ftwiz_workloads.protocol as p, ftwiz_workloads.balance as b, shared; "
+            f"assert shared.__file__.startswith({str(tmp_path)!r}), shared.__file__; "
+            "assert b.plan_shares.__module__ == 'shared.balanceplan'; p.emit('progress', step=1)")
+    done = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith('{"ftwiz":"progress","step":1')
+
+
+def test_the_shipped_shared_modules_import_only_the_standard_library_and_each_other():
+    """What ships beside the workloads runs under the node's plain training interpreter: nothing else is there."""
+    from tui.launch.support import SHIPPED_SHARED
+
+    shipped = {path.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for path in SHIPPED_SHARED}
+    for path in SHIPPED_SHARED:
+        for node in ast.walk(ast.parse((REPO / path).read_text(), filename=path)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path}:{node.lineno}: a relative import"
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                ok = name in shipped or name.split(".")[0] in sys.stdlib_module_names or name == "__future__"
+                assert ok, f"{path}:{node.lineno} imports {name}: ship it in SHIPPED_SHARED or keep it out"
 
 
 def test_protocol_and_package_import_without_torch():
