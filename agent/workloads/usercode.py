@@ -35,9 +35,10 @@ import traceback
 from typing import Any, Callable, Optional, TextIO
 
 from shared.nodewire import NODE_ENV
+from shared.protocol import Progress, format_line
 
 from .dist import die_with_parent, exit_without_teardown, register_stack_dump
-from .protocol import emit, format_line
+from .protocol import emit
 
 CODE_SUBDIR = "code"
 _TAIL_EVERY_S = 1.0
@@ -235,7 +236,7 @@ class RegexTee(io.TextIOBase):
     def _match(self, line: str) -> None:
         record = regex_record(self.pattern, line[-PARTIAL_CAP:])
         if record is not None:
-            self.inner.write(format_line("progress", rank=self.rank, **record) + "\n")
+            self.inner.write(format_line(Progress(rank=self.rank, **record)) + "\n")
             self.inner.flush()
 
     def flush(self) -> None:
@@ -308,7 +309,7 @@ def tail_trainer_log(path: str, out: TextIO, *, offset: int = 0, stop: Optional[
         for line in lines:
             record = llamafactory_record(line)
             if record is not None:
-                out.write(format_line("progress", rank=0, **record) + "\n")
+                out.write(format_line(Progress(rank=0, **record)) + "\n")
                 out.flush()
 
 
