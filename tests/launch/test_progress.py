@@ -170,3 +170,15 @@ def test_an_even_run_names_nobody_and_plain_heartbeats_change_nothing():
         for rank in (0, 1):
             assert not model.update("n0", rank, Heartbeat(rank=rank, step=step, compute_s=0.3, sync_s=0.05), now=1.0)
     assert model.snapshot.straggler is None and "straggler" not in format_progress(model.snapshot)
+
+
+def test_the_wizards_log_reads_the_typed_record_started_notes_and_errors_in_words_the_rest_hidden():
+    from tui.app.launch_session import _readable
+
+    started = _line("n0", 1, '{"ftwiz":"started","rank":1,"world_size":2,"local_rank":0,"pid":7,"backend":"gloo"}', 0.0)
+    assert _readable(started) == "started: rank 1 of 2 (local 0, pid 7, gloo)"
+    assert _readable(_line("n0", 0, '{"ftwiz":"note","rank":0,"message":"fp32 on CPU"}', 0.0)) == "note: fp32 on CPU"
+    assert _readable(_line("n0", 0, '{"ftwiz":"error","rank":0,"message":"boom"}', 0.0)) == "error: boom"
+    assert _readable(_line("n0", 0, '{"ftwiz":"heartbeat","rank":0,"step":3}', 0.0)) is None
+    assert _readable(_line("n0", 0, '{"ftwiz":"bogus","rank":0}', 0.0)) == '{"ftwiz":"bogus","rank":0}'
+    assert _readable(_line("n0", None, "plain torchrun line", 0.0)) == "plain torchrun line"
