@@ -82,7 +82,7 @@ def _rundir(work: Path) -> Path:
     rundir = work / "rundir"
     from tui.launch.support import workload_files
 
-    for name, data in workload_files().items():  # the package exactly as the launcher ships it (_wire.py, _balanceplan.py)
+    for name, data in workload_files().items():  # the package exactly as the launcher ships it (with the shared modules it imports)
         target = rundir / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

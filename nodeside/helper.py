@@ -87,10 +87,7 @@ def _group_running(pgid, started):
 
 def _read_pgid(path):
     """``(pgid, leader start time)`` from a ``<node>.pgid`` file (start None in files of older runs), or None."""
-    parts = (_read_int(path) or "").split()
-    if not parts or not parts[0].isdigit():
-        return None
-    return int(parts[0]), int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    return nodewire.parse_pgid(_read_text(path) or "")
 
 
 def _send(pid, sig):
@@ -114,7 +111,7 @@ def cmd_kill(run_id, node, grace, pgid=None, rundir=None, started=None):
     rundir = os.path.expanduser(rundir) if rundir else None
     before = False
     if rundir and os.path.isdir(rundir):
-        marker = os.path.join(rundir, node + ".stopped")
+        marker = os.path.join(rundir, nodewire.run_file(node, nodewire.STOPPED_FILE))
         before = os.path.exists(marker)  # another ftwiz stopped this run here first (its failures are that stop's)
         if not before:
             try:
@@ -217,7 +214,7 @@ def cmd_dump(run_id, node, rundir=None):
         elif not _py_spy():
             skipped.append({"pid": pid, "rank": rank})
     spy = _py_spy()
-    log = os.path.join(os.path.expanduser(rundir), node + ".log") if rundir else None
+    log = os.path.join(os.path.expanduser(rundir), nodewire.run_file(node, nodewire.LOG)) if rundir else None
     if spy:
         for pid, rank in sorted(roots.items(), key=lambda item: item[1]):
             try:
@@ -252,7 +249,7 @@ def _emit(kind, body=""):
     sys.stdout.flush()
 
 
-def _read_int(path):
+def _read_text(path):
     try:
         with open(path) as fh:
             return fh.read().strip()
@@ -320,9 +317,9 @@ def cmd_launch(node, tick):
     if sys.stdin.buffer.readline().strip() != nodewire.GO:
         _emit(nodewire.EXIT, nodewire.ABORTED)
         return 0
-    for suffix in (".pgid", ".exit", ".stopped"):
+    for suffix in (nodewire.PGID_FILE, nodewire.EXIT_FILE, nodewire.STOPPED_FILE):
         try:
-            os.unlink(os.path.join(rundir, node + suffix))
+            os.unlink(os.path.join(rundir, nodewire.run_file(node, suffix)))
         except OSError:
             pass
     keeper = os.environ.get(nodewire.KEEPER_ENV)
@@ -339,7 +336,7 @@ def cmd_launch(node, tick):
         return cmd_follow(rundir, node, 0, tick)
     with open(os.devnull, "r+b") as null:
         # start_new_session: setsid, so the run is its own session and process group, detached from SSH.
-        child = subprocess.Popen(["sh", node + ".sh"], cwd=rundir, stdin=null, stdout=null, stderr=null, start_new_session=True)
+        child = subprocess.Popen(["sh", nodewire.run_file(node, nodewire.SCRIPT)], cwd=rundir, stdin=null, stdout=null, stderr=null, start_new_session=True)
     # The child is unreaped, so its pid (and start time) cannot be another process's yet.
     started = start_time(child.pid)
     _emit(nodewire.PGID, nodewire.pgid_body(child.pid, started))
@@ -348,9 +345,9 @@ def cmd_launch(node, tick):
 
 def cmd_follow(rundir, node, offset, tick, child=None, started=None):
     """Stream the node log, framed, with ticks; end with the exit code."""
-    log = os.path.join(rundir, node + ".log")
-    pgid_file = os.path.join(rundir, node + ".pgid")
-    exit_file = os.path.join(rundir, node + ".exit")
+    log = os.path.join(rundir, nodewire.run_file(node, nodewire.LOG))
+    pgid_file = os.path.join(rundir, nodewire.run_file(node, nodewire.PGID_FILE))
+    exit_file = os.path.join(rundir, nodewire.run_file(node, nodewire.EXIT_FILE))
     pgid = None
     handle = None
     pending = b""
@@ -402,18 +399,18 @@ def cmd_follow(rundir, node, offset, tick, child=None, started=None):
                     _emit(nodewire.LINE, nodewire.line_body(offset, line.decode("utf-8", "replace")))
         if got:
             continue
-        code = _read_int(exit_file)
+        code = nodewire.parse_exit(_read_text(exit_file) or "")
         running = pgid is not None and _group_running(pgid, started)
         if code is not None and not running:
             _flush_pending(pending, offset)
-            _emit(nodewire.EXIT, code)
+            _emit(nodewire.EXIT, str(code))
             return 0
         if pgid is not None and not running:
             # The group is gone without an exit file: signalled. Give the file a moment to land.
             gone_since = gone_since or now
             if now - gone_since > 1.0:
                 _flush_pending(pending, offset)
-                stopped = os.path.exists(os.path.join(rundir, node + ".stopped"))
+                stopped = os.path.exists(os.path.join(rundir, nodewire.run_file(node, nodewire.STOPPED_FILE)))
                 _emit(nodewire.EXIT, nodewire.STOPPED if stopped else nodewire.GONE)
                 return 0
         if pgid is None and now - waited_since > 30 and not os.path.exists(log):

@@ -45,6 +45,6 @@ def _start(path):
         return None
     rundir, node = request
     with open(os.devnull, "r+b") as null:
-        return subprocess.Popen(["sh", node + ".sh"], cwd=rundir, stdin=null, stdout=null, stderr=null,
+        return subprocess.Popen(["sh", nodewire.run_file(node, nodewire.SCRIPT)], cwd=rundir, stdin=null, stdout=null, stderr=null,
                                 start_new_session=True)
 

@@ -8,8 +8,8 @@ launch from the checklist's compute probe (:func:`plan_command`): every rank run
 micro-steps (``FTWIZ_GRAD_ACCUM``) of its own micro-batch (``FTWIZ_MICRO_BATCH``), so a loop, an FSDP model or
 the HF Trainer need nothing else, and ``micro × accum`` is exactly the rank's ``FTWIZ_SAMPLES_PER_STEP``.
 
-Pure: no torch, no I/O. The workloads run without the ``shared`` package on a node, so the launcher ships this
-file beside them as ``ftwiz_workloads/_balanceplan.py`` (as it ships ``shared/protocol.py``).
+Pure: no torch, no I/O, standard library only: the launcher ships this file beside the workloads under the same
+name (``tui.launch.support.SHIPPED_SHARED``), as it ships ``shared/protocol.py``.
 """
 
 from __future__ import annotations

@@ -25,6 +25,12 @@ both exactly, so nodes that share a PID space never touch each other's ranks. Ru
 **The launch exchange** on the helper's stdin: ``payload <n>`` and ``n`` bytes (a tar of the job files), then
 ``go`` (:func:`payload_header`, :func:`parse_payload_header`, :data:`GO`).
 
+**The run directory** on a node holds, per node (:func:`run_file` names them): ``<node>.sh`` the start script,
+``<node>.log`` torchrun's output, ``<node>.pgid`` the process group and its leader's start time (one line, the
+``P`` frame's body: :func:`pgid_body`, :func:`parse_pgid`; the start script writes it with :func:`write_pgid_sh`),
+``<node>.exit`` torchrun's exit code (one line: :func:`write_exit_sh`, :func:`parse_exit`) and ``<node>.stopped``,
+left by an ftwiz stop.
+
 **A start request** (Slurm): the helper does not start the run itself but leaves
 ``<keepers>/<node>/<run id>.start`` for the node's keeper (:mod:`nodeside.keeper`), a file of two lines, the run
 directory and the node name (:func:`start_request`, :func:`parse_start_request`).
@@ -44,6 +50,8 @@ __all__ = [
     "pgid_body", "parse_pgid", "line_body", "parse_line_body", "samples_body", "parse_samples",
     "GO", "payload_header", "parse_payload_header",
     "START_SUFFIX", "start_request", "parse_start_request",
+    "SCRIPT", "LOG", "PGID_FILE", "EXIT_FILE", "STOPPED_FILE", "RUN_FILES", "run_file",
+    "write_pgid_sh", "write_exit_sh", "parse_exit",
 ]
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -82,6 +90,10 @@ GO = b"go"
 START_SUFFIX = ".start"
 """A start request's file name is the run id and this suffix."""
 
+SCRIPT, LOG, PGID_FILE, EXIT_FILE, STOPPED_FILE = ".sh", ".log", ".pgid", ".exit", ".stopped"
+RUN_FILES = frozenset((SCRIPT, LOG, PGID_FILE, EXIT_FILE, STOPPED_FILE))
+"""The suffixes of a node's files in the run directory (see the module docstring)."""
+
 
 def valid_run_id(run_id: str | None) -> bool:
     """True when ``run_id`` follows :data:`RUN_ID_PATTERN` (a full match: no trailing newline)."""
@@ -107,12 +119,14 @@ def split_frame(line: str) -> tuple[str, str]:
 
 
 def pgid_body(pgid: int, started: int | None) -> str:
-    """A ``P`` frame's body: the group id and its leader's start time (empty when unknown)."""
+    """A ``P`` frame's body, and the line of a ``<node>.pgid`` file: the group id and its leader's start time (empty
+    when unknown)."""
     return "%d %s" % (pgid, "" if started is None else started)
 
 
 def parse_pgid(body: str) -> tuple[int, int | None] | None:
-    """``(pgid, leader start time or None)`` of a ``P`` frame's body, or None when it is not one."""
+    """``(pgid, leader start time or None)`` of a ``P`` frame's body or a ``<node>.pgid`` file, or None when it is not
+    one."""
     parts = body.split()
     if not parts or not parts[0].isdigit() or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
         return None
@@ -145,6 +159,41 @@ def parse_samples(body: str) -> list[dict] | None:
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         return None
     return rows
+
+
+def run_file(node: str, suffix: str) -> str:
+    """The name of ``node``'s file of kind ``suffix`` (one of :data:`RUN_FILES`) in the run directory."""
+    if suffix not in RUN_FILES or not valid_node_name(node):
+        raise ValueError("no run file %r for node %r; suffixes: %s" % (suffix, node, " ".join(sorted(RUN_FILES))))
+    return node + suffix
+
+
+def write_pgid_sh(rundir: str, node: str) -> str:
+    """``sh`` text that writes this shell's pid and its start time (``/proc/$$/stat`` field 22) to ``<node>.pgid`` in
+    ``rundir``, atomically (a temporary file, then ``mv``): the line :func:`parse_pgid` reads. Every value quoted."""
+    import shlex  # only the controller writes scripts: the helper's calls do not pay for it
+
+    target = rundir.rstrip("/") + "/" + run_file(node, PGID_FILE)
+    # the comm field (2) may hold spaces: cut after its closing parenthesis, then field 22 is the 20th left
+    return ("echo \"$$ $(sed 's/.*) //' /proc/$$/stat 2>/dev/null | cut -d' ' -f20)\" > %s && mv %s %s"
+            % (shlex.quote(target + ".tmp"), shlex.quote(target + ".tmp"), shlex.quote(target)))
+
+
+def write_exit_sh(rundir: str, node: str, status: str = "$code") -> str:
+    """``sh`` text that writes the exit status ``status`` (a shell expansion, ``$code`` by default) to ``<node>.exit``
+    in ``rundir``, atomically: the line :func:`parse_exit` reads."""
+    import shlex
+
+    if status not in ("$code", "$?"):
+        raise ValueError("the exit status is a shell variable ($code or $?), not %r" % status)
+    target = rundir.rstrip("/") + "/" + run_file(node, EXIT_FILE)
+    return "echo %s > %s && mv %s %s" % (status, shlex.quote(target + ".tmp"), shlex.quote(target + ".tmp"), shlex.quote(target))
+
+
+def parse_exit(text: str) -> int | None:
+    """The exit code in a ``<node>.exit`` file's text, or None when it is not one (half written, garbled)."""
+    word = text.strip()
+    return int(word) if word.lstrip("-").isdigit() and word.count("-") <= 1 and word[-1:].isdigit() else None
 
 
 def payload_header(size: int) -> bytes:

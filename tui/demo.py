@@ -12,7 +12,6 @@ stay in ``demo-work/`` (config, run logs under ``demo-work/runs/``) for a look a
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import socket
@@ -21,6 +20,7 @@ import sys
 from pathlib import Path
 
 from shared.config import ClusterConfig, FtwizConfig, JobConfig, NodeConfig, to_toml
+from shared.protocol import Done, Progress, parse_line
 
 DEMO_DIR = Path("demo-work").resolve()
 
@@ -83,17 +83,11 @@ def _summarise_sft(run_dir: Path) -> None:
     adapter = None
     for log in sorted(run_dir.glob("*.log")):
         for line in log.read_text(errors="replace").splitlines():
-            start = line.find('{"ftwiz"')
-            if start < 0:
-                continue
-            try:
-                event = json.loads(line[start:])
-            except ValueError:
-                continue
-            if event.get("ftwiz") == "progress" and event.get("loss") is not None:
-                losses.append((int(event["step"]), float(event["loss"])))
-            if event.get("ftwiz") == "done" and event.get("adapter_path"):
-                adapter = event["adapter_path"]
+            record = parse_line(line)
+            if isinstance(record, Progress) and record.step is not None and record.loss is not None:
+                losses.append((record.step, record.loss))
+            if isinstance(record, Done) and record.adapter_path:
+                adapter = record.adapter_path
     if losses:
         print("loss by step: " + "  ".join(f"{step}:{loss:.3f}" for step, loss in losses))
         first, last = losses[0][1], losses[-1][1]

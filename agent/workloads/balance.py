@@ -15,26 +15,14 @@ unless the measured speeds promise steps :data:`MIN_GAIN` faster.
 whole batch. ``tests/workloads/test_balance.py`` compares the gradients with a single-process reference.
 
 The pure planning (:func:`plan_shares`, :func:`step_slices`, :func:`drifted`) is :mod:`shared.balanceplan`,
-shipped beside the workloads as ``_balanceplan.py``; torch only inside :func:`weighted_loss`.
+shipped beside the workloads under the same name; torch only inside :func:`weighted_loss`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-try:  # on a node: the copy of shared/balanceplan.py shipped beside the workloads
-    from ._balanceplan import (  # type: ignore[import-not-found]
-        DRIFT,
-        MIN_GAIN,
-        RankShare,
-        drifted,
-        env_for,
-        plan_shares,
-        step_slices,
-        step_time,
-    )
-except ImportError:  # in the repository (tests)
-    from shared.balanceplan import DRIFT, MIN_GAIN, RankShare, drifted, env_for, plan_shares, step_slices, step_time
+from shared.balanceplan import DRIFT, MIN_GAIN, RankShare, drifted, env_for, plan_shares, step_slices, step_time
 
 __all__ = ["DRIFT", "MIN_GAIN", "RankShare", "drifted", "env_for", "plan_shares", "step_slices", "step_time", "weighted_loss"]
 

@@ -18,6 +18,8 @@ import time
 from collections import deque
 from typing import Any, Optional
 
+from shared.nodewire import NODE_ENV
+
 from .balance import DRIFT, RankShare, drifted, plan_shares, step_slices, weighted_loss
 from .dist import Ranks
 from .errors import WorkloadError, note
@@ -56,7 +58,7 @@ class Balancer:
         self.micro = int(spec["micro_batch_size"])
         self.global_batch = self.micro * int(spec["grad_accum_steps"]) * ranks.world_size
         self.seed = int(spec.seed)
-        self.node = os.environ.get("FTWIZ_NODE") or socket.gethostname()
+        self.node = os.environ.get(NODE_ENV) or socket.gethostname()
         # job.json: each GPU node's largest micro-batch, from the checklist's memory fit (a claim: checked here)
         caps = spec.job.get("max_micro_batch") or {}
         cap = caps.get(self.node) if isinstance(caps, dict) else None

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from shared.nodewire import RUN_ENV
+
 from .errors import WorkloadError
 
 JOB_DEFAULTS: dict[str, Any] = {
@@ -118,7 +120,7 @@ def load_spec(path: str) -> Spec:
     return Spec(
         path=spec_path,
         job=job,
-        run_id=str(data.get("run_id") or os.environ.get("FTWIZ_RUN_ID", "")),
+        run_id=str(data.get("run_id") or os.environ.get(RUN_ENV, "")),
         workdir=_dir(data.get("workdir")),
         base_dir=_dir(data.get("base_dir")),
         resume=resume,

@@ -34,8 +34,11 @@ import time
 import traceback
 from typing import Any, Callable, Optional, TextIO
 
+from shared.nodewire import NODE_ENV
+from shared.protocol import Progress, format_line
+
 from .dist import die_with_parent, exit_without_teardown, register_stack_dump
-from .protocol import emit, format_line
+from .protocol import emit
 
 CODE_SUBDIR = "code"
 _TAIL_EVERY_S = 1.0
@@ -57,7 +60,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     root = code_root(spec, os.path.dirname(os.path.abspath(args.spec)))
     os.chdir(root)
     rank = _env_int("RANK")
-    balance = set_balance_env(spec, os.environ.get("FTWIZ_NODE", ""), _env_int("LOCAL_RANK"), os.environ)
+    balance = set_balance_env(spec, os.environ.get(NODE_ENV, ""), _env_int("LOCAL_RANK"), os.environ)
     started: dict[str, Any] = {"balance": balance} if balance is not None else {}
     emit("started", rank=rank, local_rank=_env_int("LOCAL_RANK"), world_size=_env_int("WORLD_SIZE", 1),
          local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), hostname=socket.gethostname(), backend=None, pid=os.getpid(),
@@ -94,6 +97,14 @@ def set_balance_env(spec: dict[str, Any], node: str, local_rank: int, environ: A
     return mine
 
 
+def _forget_shared() -> None:
+    """Forget ftwiz's ``shared`` modules (shipped beside the workloads, loaded by now and still referenced by them)
+    before the user's code runs: a ``shared`` package of the user's own, in its script's folder or the ``-m`` root,
+    then imports as theirs instead of failing inside ours."""
+    for name in [name for name in sys.modules if name == "shared" or name.startswith("shared.")]:
+        del sys.modules[name]
+
+
 def code_root(spec: dict[str, Any], rundir: str) -> str:
     """Where the code is: the shipped copy in the run dir, or the workdir when ``code_dir`` is ``""``."""
     if spec.get("code_dir", ".") == "":
@@ -103,6 +114,7 @@ def code_root(spec: dict[str, Any], rundir: str) -> str:
 
 def run_command(command: list[str], root: str) -> int:
     """Run a script or ``-m module`` as ``__main__`` here; a ``SystemExit`` gives the code's exit code."""
+    _forget_shared()
     try:
         if command[0] == "-m":
             sys.argv = [command[1], *command[2:]]
@@ -224,7 +236,7 @@ class RegexTee(io.TextIOBase):
     def _match(self, line: str) -> None:
         record = regex_record(self.pattern, line[-PARTIAL_CAP:])
         if record is not None:
-            self.inner.write(format_line("progress", rank=self.rank, **record) + "\n")
+            self.inner.write(format_line(Progress(rank=self.rank, **record)) + "\n")
             self.inner.flush()
 
     def flush(self) -> None:
@@ -297,7 +309,7 @@ def tail_trainer_log(path: str, out: TextIO, *, offset: int = 0, stop: Optional[
         for line in lines:
             record = llamafactory_record(line)
             if record is not None:
-                out.write(format_line("progress", rank=0, **record) + "\n")
+                out.write(format_line(Progress(rank=0, **record)) + "\n")
                 out.flush()
 
 

@@ -177,10 +177,11 @@ def test_plain_matrix_marks_slow_links_and_json_carries_both_matrices():
 def test_progress_line_sync_field_is_shown_beside_the_forecast():
     from dataclasses import replace
 
+    from shared.protocol import Progress
     from tui.launch.progress import ProgressModel, format_progress
 
     model = ProgressModel()
-    model.update("node0", 0, {"ftwiz": "progress", "step": 3, "total_steps": 10, "loss": 2.0, "sync_s": 0.71})
+    model.update("node0", 0, Progress(step=3, total_steps=10, loss=2.0, sync_s=0.71))
     snap = replace(model.snapshot, sync_forecast_s=0.8)
     assert snap.sync_s == 0.71 and "sync 0.71 s/step (forecast 0.80)" in format_progress(snap)
 

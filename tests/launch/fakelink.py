@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from shared.protocol import format_line
+from shared.protocol import format_line, make_record
 from tui.launch.links import ExecResult, LinkLost
 
 __all__ = ["FakeCluster", "FakeClock", "FakeNode"]
@@ -218,7 +218,7 @@ class FakeNode:
 
     def emit(self, kind: str, rank: int, **fields: Any) -> None:
         """A protocol line (``shared.protocol``) from ``rank``."""
-        self.say(format_line(kind, rank=rank, **fields), rank=rank)
+        self.say(format_line(make_record(kind, rank=rank, **fields)), rank=rank)
 
     def exit(self, code: int | str) -> None:
         """torchrun ended on the node with ``code`` (or ``gone``)."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from shared import nodewire
@@ -149,3 +152,54 @@ def test_a_half_written_or_garbled_start_request_is_none(text):
 def test_a_start_request_is_refused_for_a_name_the_keeper_could_not_read_back():
     with pytest.raises(ValueError):
         nodewire.start_request("/w/runs/r1", "a\nb")
+
+
+# ---------------------------------------------------------------- the run directory's files
+
+
+@pytest.mark.parametrize("suffix", sorted(nodewire.RUN_FILES))
+def test_every_run_file_is_the_node_name_and_its_suffix(suffix):
+    assert nodewire.run_file("node-1.a", suffix) == "node-1.a" + suffix
+
+
+@pytest.mark.parametrize("node, suffix", [("node0", ".tmp"), ("../x", nodewire.LOG), ("", nodewire.PGID_FILE), ("a b", nodewire.SCRIPT)])
+def test_a_run_file_is_refused_for_an_unknown_suffix_or_a_bad_node_name(node, suffix):
+    with pytest.raises(ValueError):
+        nodewire.run_file(node, suffix)
+
+
+def _sh(script: str, *, stdin=subprocess.DEVNULL) -> subprocess.Popen:
+    return subprocess.Popen(["sh", "-c", script], stdin=stdin, stdout=subprocess.PIPE, text=True)
+
+
+def test_the_pgid_file_the_start_script_writes_parses_back_to_its_shell_and_start_time(tmp_path):
+    rundir = tmp_path / "it's a run dir"  # a quote and spaces: the script quotes every path
+    rundir.mkdir()
+    proc = _sh(nodewire.write_pgid_sh(str(rundir), "node0") + " && echo written && read wait", stdin=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == "written\n"  # the file is in place and the shell is still alive
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+        started = int(stat.rsplit(")", 1)[1].split()[19])
+        written = (rundir / nodewire.run_file("node0", nodewire.PGID_FILE)).read_text()
+    finally:
+        proc.communicate("\n")
+    assert nodewire.parse_pgid(written) == (proc.pid, started)
+    assert sorted(p.name for p in rundir.iterdir()) == ["node0.pgid"]  # the temporary file was moved, not left
+
+
+@pytest.mark.parametrize("code", [0, 1, 137])
+def test_the_exit_file_the_start_script_writes_parses_back_to_the_code(tmp_path, code):
+    proc = _sh(f"(exit {code}); code=$?; " + nodewire.write_exit_sh(str(tmp_path), "node0"))
+    proc.communicate()
+    assert nodewire.parse_exit((tmp_path / "node0.exit").read_text()) == code
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node0.exit"]
+
+
+@pytest.mark.parametrize("text", ["", "\n", "x", "1 2", "--1", "1-", "+3", "1_0"])
+def test_a_garbled_exit_file_is_none(text):
+    assert nodewire.parse_exit(text) is None
+
+
+def test_the_exit_status_must_be_a_shell_variable_not_text():
+    with pytest.raises(ValueError):
+        nodewire.write_exit_sh("/tmp/run", "node0", status="0; rm -rf ~")

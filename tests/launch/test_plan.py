@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from shared import nodewire
 from shared.config import FtwizConfig, JobConfig, NodeConfig
 from tui.jobshape import node_processes
 from tui.launch.plan import build_plan, make_payload, quote_path, start_script
@@ -141,9 +142,9 @@ def test_script_quotes_every_value_and_runs_in_sh(tmp_path):
     assert not list(tmp_path.rglob("PWNED*"))
     log = (tmp_path / "w d" / "runs" / "r1" / "a.log").read_text()
     assert "torch.distributed.run" in log  # `echo` stood in for python: argv arrived intact
-    assert (tmp_path / "w d" / "runs" / "r1" / "a.exit").read_text().strip() == "0"
-    pgid, started = (tmp_path / "w d" / "runs" / "r1" / "a.pgid").read_text().split()  # the group and its leader's start time
-    assert pgid.isdigit() and started.isdigit()
+    assert nodewire.parse_exit((tmp_path / "w d" / "runs" / "r1" / "a.exit").read_text()) == 0
+    found = nodewire.parse_pgid((tmp_path / "w d" / "runs" / "r1" / "a.pgid").read_text())
+    assert found is not None and found[1] is not None  # the group and its leader's start time
 
 
 def _helper(*args: str, **kw) -> subprocess.Popen:

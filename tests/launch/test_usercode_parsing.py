@@ -16,6 +16,7 @@ import re
 
 import pytest
 
+from shared.protocol import Progress, Started
 from tui.launch.events import LogLine
 from tui.launch.progress import ProgressModel, format_progress, parse_protocol
 from tui.launch.trainer_output import (
@@ -42,10 +43,10 @@ LF = ('{"current_steps": 45, "total_steps": 82, "loss": 0.5613, "eval_loss": nul
 @pytest.mark.parametrize("line", [HF4, HF5])
 def test_hf_log_dicts_both_forms(line):
     record = parse_trainer_line(line)
-    assert record is not None and record["ftwiz"] == "progress"
-    assert record["learning_rate"] == pytest.approx(4.5e-05)
-    assert record["epoch"] == pytest.approx(0.05)
-    assert "step" not in record  # the Trainer prints no step: the bar gives it
+    assert isinstance(record, Progress) and record.source == "log_dict"
+    assert record.learning_rate == pytest.approx(4.5e-05)
+    assert record.epoch == pytest.approx(0.05)
+    assert record.step is None  # the Trainer prints no step: the bar gives it
 
 
 def _line(node: str, rank, text: str, received: float) -> LogLine:
@@ -78,44 +79,43 @@ def test_trl_tokens_over_the_bars_elapsed_time():
 
 def test_axolotl_per_gpu_rate_times_ranks():
     model = ProgressModel()
-    model.update("n0", 0, {"ftwiz": "started", "rank": 0, "world_size": 4}, now=1.0)
+    model.update("n0", 0, Started(rank=0, world_size=4), now=1.0)
     model.update("n0", 0, parse_trainer_line(AXOLOTL), now=2.0)
     assert model.snapshot.tokens_per_s == pytest.approx(6000.0)
 
 
 def test_tqdm_bar_step_total_eta():
     record = parse_bar(BAR)
-    assert record == {"ftwiz": "progress", "source": "tqdm", "step": 4, "total_steps": 16, "eta_s": 8.0, "elapsed_s": 2.0}
-    assert parse_bar(TEE_BAR)["step"] == 1
+    assert record == Progress(source="tqdm", step=4, total_steps=16, eta_s=8.0, elapsed_s=2.0)
+    assert parse_bar(TEE_BAR).step == 1
     assert parse_bar("Map:  50%|█████     | 100/200 [00:01<00:01, 99.0 examples/s]") is None
-    assert parse_bar("  0%|          | 0/16 [00:00<?, ?it/s]")["step"] == 0
+    assert parse_bar("  0%|          | 0/16 [00:00<?, ?it/s]").step == 0
 
 
 def test_bar_and_log_dict_glued_by_torchrun():
     record = parse_trainer_line(TEE_GLUED)
-    assert record["loss"] == pytest.approx(5.566) and record["step"] == 4 and record["total_steps"] == 5
+    assert record.loss == pytest.approx(5.566) and record.step == 4 and record.total_steps == 5
 
 
 def test_llamafactory_records():
     record = parse_trainer_line(LF)
-    assert record["step"] == 45 and record["total_steps"] == 82 and record["loss"] == pytest.approx(0.5613)
-    assert record["learning_rate"] == pytest.approx(6.4968e-06, rel=1e-3)
-    assert record["eta_s"] == 24 * 60 + 3
+    assert record.step == 45 and record.total_steps == 82 and record.loss == pytest.approx(0.5613)
+    assert record.learning_rate == pytest.approx(6.4968e-06, rel=1e-3)
+    assert record.eta_s == 24 * 60 + 3
     newer = '{"current_steps": 3, "total_steps": 10, "loss": 1.5, "lr": 0.0001, "epoch": 0.3, "remaining_time": "0:00:21"}'
-    assert parse_trainer_line(newer)["learning_rate"] == pytest.approx(1e-4)
+    assert parse_trainer_line(newer).learning_rate == pytest.approx(1e-4)
 
 
 def test_progress_regex_named_groups():
     pattern = re.compile(r"step (?P<step>\d+)/(?P<total>\d+) loss (?P<loss>[0-9.]+)")
-    assert regex_progress(pattern, "epoch 0 step 7/30 loss 0.125") == {
-        "ftwiz": "progress", "source": "progress_regex", "step": 7, "total_steps": 30, "loss": 0.125}
+    assert regex_progress(pattern, "epoch 0 step 7/30 loss 0.125") == Progress(source="progress_regex", step=7, total_steps=30, loss=0.125)
     assert regex_progress(pattern, "nothing here") is None
 
 
 def test_parse_protocol_prefers_ftwiz_lines_and_ignores_prose():
-    assert parse_protocol('{"ftwiz": "progress", "step": 3, "loss": 1.0}')["step"] == 3
+    assert parse_protocol('{"ftwiz": "progress", "step": 3, "loss": 1.0}') == Progress(step=3, loss=1.0)
     assert parse_protocol("Loading weights... done") is None
-    assert parse_protocol(BAR)["total_steps"] == 16
+    assert parse_protocol(BAR).total_steps == 16
 
 
 def test_headless_line_from_a_trainer_run():

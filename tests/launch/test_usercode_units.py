@@ -185,6 +185,27 @@ def test_the_runner_runs_a_script_with_its_argv_and_exit_code(tmp_path):
     assert (progress["ftwiz"], progress["step"], progress["total_steps"], progress["loss"]) == ("progress", 3, 5, 0.25)
 
 
+def test_the_users_own_shared_package_imports_as_theirs_beside_the_shipped_one(tmp_path):
+    """The workloads import ftwiz's ``shared`` modules (shipped beside them); a ``shared`` package of the user's own code
+    is still the one their script imports."""
+    from tui.launch.support import workload_files
+
+    rundir = tmp_path / "run"
+    for name, data in workload_files().items():
+        (rundir / name).parent.mkdir(parents=True, exist_ok=True)
+        (rundir / name).write_bytes(data)
+    (rundir / "code" / "shared").mkdir(parents=True)
+    (rundir / "code" / "shared" / "__init__.py").write_text("")
+    (rundir / "code" / "shared" / "mine.py").write_text("WHO = 'the user'\n")
+    (rundir / "code" / "train.py").write_text("from shared.mine import WHO\nprint(WHO, flush=True)\n")
+    (rundir / "job.json").write_text(json.dumps({"command": ["train.py"], "code_dir": ".", "workdir": str(tmp_path)}))
+    env = {**os.environ, "RANK": "0", "PYTHONPATH": str(rundir)}
+    done = subprocess.run([sys.executable, "-m", "ftwiz_workloads.usercode", "--spec", str(rundir / "job.json")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1:] == ["the user"]
+
+
 def test_the_runner_leaves_after_the_scripts_atexit_handlers_and_waits_for_its_threads(tmp_path):
     """The runner leaves with ``os._exit`` (no interpreter teardown: a gloo thread there turned a rank's error into
     SIGABRT), but only after what a normal exit does for the script: its atexit handlers, its unflushed output, and

@@ -15,11 +15,12 @@ from tui.launch.support import SHIPPED_SHARED
 
 @pytest.fixture(scope="session")
 def rundir(tmp_path_factory) -> Path:
-    """A run dir holding ``ftwiz_workloads``, copied from agent/workloads as the launcher does."""
+    """A run dir holding ``ftwiz_workloads`` and the ``shared`` modules it imports, copied as the launcher ships them."""
     root = tmp_path_factory.mktemp("rundir")
     shutil.copytree(SOURCE, root / PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for module, name in SHIPPED_SHARED.items():  # as tui.launch.support ships them
-        shutil.copyfile(SOURCE.parents[1] / Path(*module.split(".")).with_suffix(".py"), root / PACKAGE / name)
+    (root / "shared").mkdir()
+    for path in SHIPPED_SHARED:  # as tui.launch.support ships them
+        shutil.copyfile(SOURCE.parents[1] / path, root / path)
     return root
 
 

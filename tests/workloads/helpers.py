@@ -10,10 +10,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from agent.workloads.protocol import parse_line
+from shared.protocol import Record
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "agent" / "workloads"
@@ -27,11 +29,11 @@ class Result:
     returncode: int
     stdout: str
     stderr: str
-    records: list[dict]
+    records: list[Record]
 
-    def kind(self, kind: str) -> list[dict]:
+    def kind(self, kind: str) -> list[Any]:
         """The records of one ``ftwiz`` kind, in order."""
-        return [r for r in self.records if r["ftwiz"] == kind]
+        return [r for r in self.records if r.KIND == kind]
 
     @property
     def output(self) -> str:
@@ -61,7 +63,7 @@ def write_spec(directory: Path, name: str = "job.json", **fields) -> Path:
     return path
 
 
-def parse_records(stdout: str) -> list[dict]:
+def parse_records(stdout: str) -> list[Record]:
     """Every protocol record in ``stdout``, in order."""
     return [r for r in (parse_line(line) for line in stdout.splitlines()) if r is not None]
 

@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 
+from shared.protocol import Started
 from tests.workloads.helpers import (
     PACKAGE,
     finish,
@@ -33,15 +34,15 @@ def test_two_ranks_sum_correctly_and_report_bandwidth(rundir, tmp_path):
     result = run(torchrun_argv(spec, nproc=2), rundir, timeout=120)
     assert result.returncode == 0, result.output
     started = result.kind("started")
-    assert sorted(r["rank"] for r in started) == [0, 1]
-    assert {r["world_size"] for r in started} == {2} and {r["backend"] for r in started} == {"gloo"}
+    assert sorted(r.rank for r in started) == [0, 1]
+    assert {r.world_size for r in started} == {2} and {r.backend for r in started} == {"gloo"}
     rows = result.kind("allreduce")
-    assert [r["size_bytes"] for r in rows] == [262144, 1048576]
+    assert [r.size_bytes for r in rows] == [262144, 1048576]
     for row in rows:
-        assert row["rank"] == 0 and row["correct"] is True and row["world_size"] == 2
-        assert row["time_us"] > 0 and row["algbw_gbps"] > 0
-        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (2 - 1) / 2, rel=1e-3)
-    assert sorted(r["rank"] for r in result.kind("done")) == [0, 1]
+        assert row.rank == 0 and row.correct is True and row.world_size == 2
+        assert row.time_us > 0 and row.algbw_gbps > 0
+        assert row.busbw_gbps == pytest.approx(row.algbw_gbps * 2 * (2 - 1) / 2, rel=1e-3)
+    assert sorted(r.rank for r in result.kind("done")) == [0, 1]
     assert "busbw(GB/s)" in result.stdout  # rank 0's human table
     assert "Traceback" not in result.output
 
@@ -67,12 +68,12 @@ def test_heterogeneous_two_plus_one_agents(rundir, tmp_path):
     for result in results:
         assert result.returncode == 0, result.output
     started = [r for result in results for r in result.kind("started")]
-    assert sorted(r["rank"] for r in started) == [0, 1, 2]
-    assert {r["world_size"] for r in started} == {3}
-    assert sorted(r["local_world_size"] for r in started) == [1, 2, 2]
+    assert sorted(r.rank for r in started) == [0, 1, 2]
+    assert {r.world_size for r in started} == {3}
+    assert sorted(r.local_world_size for r in started) == [1, 2, 2]
     rows = [r for result in results for r in result.kind("allreduce")]
-    assert len(rows) == 1 and rows[0]["correct"] is True and rows[0]["world_size"] == 3
-    assert rows[0]["busbw_gbps"] == pytest.approx(rows[0]["algbw_gbps"] * 4 / 3, rel=1e-3)
+    assert len(rows) == 1 and rows[0].correct is True and rows[0].world_size == 3
+    assert rows[0].busbw_gbps == pytest.approx(rows[0].algbw_gbps * 4 / 3, rel=1e-3)
 
 
 def test_sigusr1_dumps_every_thread_stack(rundir, tmp_path):
@@ -118,6 +119,6 @@ def _started_pids(proc, *, count: int, timeout: float) -> list[int]:
         except queue.Empty:
             raise AssertionError(f"fewer than {count} started lines within {timeout} s") from None
         for record in parse_records(line):
-            if record["ftwiz"] == "started":
-                found[record["rank"]] = record["pid"]
+            if isinstance(record, Started):
+                found[record.rank] = record.pid
     return [found[r] for r in sorted(found)]

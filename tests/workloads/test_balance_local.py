@@ -17,18 +17,18 @@ def test_auto_balance_trains_and_reports_its_shares(rundir, tiny_model, tiny_dat
            "save_steps": 100, "output_dir": "ckpt", "learning_rate": 1e-3, "gradient_checkpointing": False}
     done = run(torchrun_argv(write_spec(tmp_path, **job), nproc=2), rundir, timeout=300)
     assert done.returncode == 0, done.output
-    shares = [n["balance"] for n in done.kind("note") if "balance" in n]
+    shares = [n.balance for n in done.kind("note") if n.balance is not None]
     assert shares and shares[0]["mode"] == "auto"
     ranks = shares[0]["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1] and sum(r["samples_per_step"] for r in ranks) == 8  # 2 x 2 x 2 ranks
     if sharding == "fsdp":
         assert len({r["accum"] for r in ranks}) == 1  # every forward is a collective: the same micro-steps on each rank
     assert all(r["micro_batch"] <= 2 for r in ranks)
-    losses = [p["loss"] for p in done.kind("progress")]
+    losses = [p.loss for p in done.kind("progress")]
     assert len(losses) == 4 and all(loss > 0 for loss in losses)
-    beats = [b for b in done.kind("heartbeat") if "compute_s" in b]
-    assert {b["rank"] for b in beats} == {0, 1}
-    assert all(("sync_s" in b) == (sharding == "ddp") for b in beats)
-    final = [d for d in done.kind("done") if d["rank"] == 0][0]
-    assert final["throughput"]["steps"] == 3 and final["throughput"]["tokens_per_s"] > 0
+    beats = [b for b in done.kind("heartbeat") if b.compute_s is not None]
+    assert {b.rank for b in beats} == {0, 1}
+    assert all((b.sync_s is not None) == (sharding == "ddp") for b in beats)
+    final = [d for d in done.kind("done") if d.rank == 0][0]
+    assert final.throughput["steps"] == 3 and final.throughput["tokens_per_s"] > 0
     assert (tmp_path / "ckpt" / "final").is_dir()

@@ -24,12 +24,12 @@ def test_activation_checkpointing_trains_the_same_steps(rundir, tiny_model, tiny
     ckpt = run(torchrun_argv(_spec(tmp_path / "ckpt", tiny_model, tiny_dataset, gradient_checkpointing=True, fsdp_offload=True), nproc=2),
                rundir, timeout=240)
     assert ckpt.returncode == 0, ckpt.output
-    losses = [p["loss"] for p in plain.kind("progress")]
+    losses = [p.loss for p in plain.kind("progress")]
     assert len(losses) == 4 and losses[-1] < losses[0]
-    assert [p["loss"] for p in ckpt.kind("progress")] == pytest.approx(losses, rel=1e-4)
-    notes = " ".join(n["message"] for n in ckpt.kind("note"))
+    assert [p.loss for p in ckpt.kind("progress")] == pytest.approx(losses, rel=1e-4)
+    notes = " ".join(n.message for n in ckpt.kind("note"))
     assert "fsdp_offload = true has nothing to offload without a GPU" in notes
-    shards = [n for n in ckpt.kind("note") if "shard_params" in n]
-    assert sorted(n["rank"] for n in shards) == [0, 1]
-    assert all(n["shard_params"] == pytest.approx(n["total_params"] / 2, rel=0.05) for n in shards)
+    shards = [n for n in ckpt.kind("note") if n.shard_params is not None]
+    assert sorted(n.rank for n in shards) == [0, 1]
+    assert all(n.shard_params == pytest.approx(n.total_params / 2, rel=0.05) for n in shards)
     assert (tmp_path / "ckpt" / "ckpt" / "final" / "model.safetensors").is_file()

@@ -24,21 +24,21 @@ def test_lora_two_ranks_checkpoint_and_resume(rundir, tiny_model, tiny_dataset, 
     spec = _lora_spec(tmp_path, tiny_model, tiny_dataset)
     first = run(torchrun_argv(spec, nproc=2), rundir, timeout=240)
     assert first.returncode == 0, first.output
-    assert sorted(r["rank"] for r in first.kind("started")) == [0, 1]
+    assert sorted(r.rank for r in first.kind("started")) == [0, 1]
     progress = first.kind("progress")
-    assert [p["step"] for p in progress] == list(range(1, 11))
-    assert {p["rank"] for p in progress} == {0} and {p["total_steps"] for p in progress} == {10}
-    assert all(p["loss"] > 0 and p["learning_rate"] > 0 and p["tokens_per_s"] > 0 and p["epoch"] > 0 for p in progress)
-    assert progress[-1]["loss"] < progress[0]["loss"]
+    assert [p.step for p in progress] == list(range(1, 11))
+    assert {p.rank for p in progress} == {0} and {p.total_steps for p in progress} == {10}
+    assert all(p.loss > 0 and p.learning_rate > 0 and p.tokens_per_s > 0 and p.epoch > 0 for p in progress)
+    assert progress[-1].loss < progress[0].loss
     beats = first.kind("heartbeat")
-    assert {(b["rank"], b["step"]) for b in beats} == {(r, s) for r in (0, 1) for s in range(1, 11)}
-    notes = " ".join(n["message"] for n in first.kind("note"))
+    assert {(b.rank, b.step) for b in beats} == {(r, s) for r in (0, 1) for s in range(1, 11)}
+    notes = " ".join(n.message for n in first.kind("note"))
     assert "training in fp32" in notes and "using adamw_torch on CPU" in notes
     output_dir = tmp_path / "ckpt"
-    assert [(c["step"], c["path"]) for c in first.kind("checkpoint")] == [(5, str(output_dir / "checkpoint-5")), (10, str(output_dir / "checkpoint-10"))]
+    assert [(c.step, c.path) for c in first.kind("checkpoint")] == [(5, str(output_dir / "checkpoint-5")), (10, str(output_dir / "checkpoint-10"))]
     assert (output_dir / "checkpoint-5" / "trainer_state.json").is_file()
-    done = {d["rank"]: d for d in first.kind("done")}
-    assert set(done) == {0, 1} and done[0]["adapter_path"] == str(output_dir / "final")
+    done = {d.rank: d for d in first.kind("done")}
+    assert set(done) == {0, 1} and done[0].adapter_path == str(output_dir / "final")
     assert (output_dir / "final" / "adapter_model.safetensors").is_file()
     assert (output_dir / "final" / "tokenizer.json").is_file()
     assert "Traceback" not in first.output
@@ -49,11 +49,11 @@ def test_lora_two_ranks_checkpoint_and_resume(rundir, tiny_model, tiny_dataset, 
     second = run(torchrun_argv(spec, nproc=2, extra=["--resume", "auto"]), rundir, timeout=240)
     assert second.returncode == 0, second.output
     resumed = second.kind("progress")
-    assert [p["step"] for p in resumed] == list(range(6, 11))
-    assert any("resuming from" in n["message"] and "checkpoint-5" in n["message"] for n in second.kind("note"))
+    assert [p.step for p in resumed] == list(range(6, 11))
+    assert any("resuming from" in n.message and "checkpoint-5" in n.message for n in second.kind("note"))
     # same data order, optimizer and RNG state: the resumed steps repeat the first run's losses
-    before = {p["step"]: p["loss"] for p in progress}
-    assert [p["loss"] for p in resumed] == pytest.approx([before[s] for s in range(6, 11)], rel=1e-3)
+    before = {p.step: p.loss for p in progress}
+    assert [p.loss for p in resumed] == pytest.approx([before[s] for s in range(6, 11)], rel=1e-3)
     assert (output_dir / "final" / "adapter_model.safetensors").is_file()
 
 
@@ -62,16 +62,16 @@ def test_full_fine_tune_single_process_without_torchrun(rundir, tiny_model, tiny
     spec = _lora_spec(tmp_path, tiny_model, tiny_dataset, method="full", max_steps=3, save_steps=100, learning_rate=1e-3)
     result = run([sys.executable, "-m", PACKAGE, "--spec", str(spec)], rundir, timeout=180)
     assert result.returncode == 0, result.output
-    assert [p["step"] for p in result.kind("progress")] == [1, 2, 3]
+    assert [p.step for p in result.kind("progress")] == [1, 2, 3]
     final = tmp_path / "ckpt" / "final"
-    assert result.kind("done")[0]["adapter_path"] == str(final)
+    assert result.kind("done")[0].adapter_path == str(final)
     assert (final / "model.safetensors").is_file() and (final / "config.json").is_file()
 
 
 def _assert_clean_failure(result: Result, message: str) -> None:
     assert result.returncode == 2, result.output
     errors = result.kind("error")
-    assert errors and all(message in e["message"] for e in errors), result.output
+    assert errors and all(message in e.message for e in errors), result.output
     # whichever rank fails first speaks; torchrun may stop the others before they do
     assert re.search(r"ftwiz: error \(rank \d\): ", result.stderr) and message in result.stderr
     assert "Traceback" not in result.output, result.output

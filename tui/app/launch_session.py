@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from shared.protocol import Error, Note, Started
 from tui.launch.events import LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote, RunResult
 
 __all__ = ["LaunchSession"]
@@ -98,13 +99,12 @@ Observer = Callable[[Any], None]
 
 def _readable(line: LogLine) -> Optional[str]:
     """A log line as the headless printer shows it: protocol lines summarised or hidden (they are progress)."""
-    obj = line.record
-    if obj is None or obj.get("ftwiz") is None:
+    record = line.record
+    if record is None:
         return line.text
-    kind = obj["ftwiz"]
-    if kind == "started":
-        return (f"started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, "
-                f"pid {obj.get('pid')}, {obj.get('backend')})")
-    if kind in ("note", "error"):
-        return f"{kind}: {obj.get('message')}"
+    if isinstance(record, Started):
+        return (f"started: rank {record.rank} of {record.world_size} (local {record.local_rank}, "
+                f"pid {record.pid}, {record.backend})")
+    if isinstance(record, (Note, Error)):
+        return f"{record.KIND}: {record.message}"
     return None

@@ -12,10 +12,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from shared.protocol import Started, parse_line
+
 from .checklist import cite_checklist
 from .diagnose import KernelLookup, rank_findings
 from .findings import find
-from .logs import protocol, read_log
+from .logs import read_log
 from .model import Diagnosis, Evidence, ReadLine
 from .report import as_json, format_first, format_text
 from .versions import place_skew, skew_diagnosis
@@ -79,9 +81,9 @@ def _pid_ranks(lines: Sequence[ReadLine], record: Mapping[str, Any] | None) -> d
             out[(node if isinstance(node, str) else None, pid)] = number
             out[(None, pid)] = number
     for line in lines:
-        obj = protocol(line.text) if '"started"' in line.text else None
-        if obj and obj.get("ftwiz") == "started":
-            pid, number = _int(obj.get("pid")), _int(obj.get("rank"))
+        started = parse_line(line.text) if '"started"' in line.text else None
+        if isinstance(started, Started):
+            pid, number = started.pid, started.rank
             if pid is not None and number is not None:
                 out.setdefault((line.node, pid), number)
                 out.setdefault((None, pid), number)

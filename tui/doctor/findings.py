@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shared.doctor_signatures import SIGNATURES, Signature, is_normal, match_line
+from shared.protocol import Error, parse_line
 from shared.torchrun_failures import summary_exit, worker_failed
 
-from .logs import protocol
 from .model import Finding, ReadLine
 
 __all__ = ["find", "ignored_exception_lines"]
@@ -219,11 +219,10 @@ def _ftwiz_error(line: ReadLine) -> Finding | None:
     text = line.text
     rank: int | None = None
     if '"error"' in text:
-        obj = protocol(text)
-        if not obj or obj.get("ftwiz") != "error" or not isinstance(obj.get("message"), str):
+        record = parse_line(text)
+        if not isinstance(record, Error) or record.message is None:
             return None
-        message = obj["message"]
-        rank = obj.get("rank") if isinstance(obj.get("rank"), int) else None
+        message, rank = record.message, record.rank
     else:
         match = _FTWIZ_ERROR_RE.search(text) if "ftwiz: error" in text else None
         if not match:

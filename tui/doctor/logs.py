@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import datetime as _dt
 import itertools
-import json
 import os
 import re
 import stat
@@ -250,15 +249,3 @@ def _split(full: str, default_node: str | None) -> tuple[str | None, int | None,
     if inner is not None:
         rank, text = inner, rest
     return node, rank, text
-
-
-def protocol(text: str) -> dict | None:
-    """The workloads' protocol object on this line (``{"ftwiz": kind, ...}``), or None."""
-    stripped = text.strip()
-    if not stripped.startswith("{") or '"ftwiz"' not in stripped:
-        return None
-    try:
-        obj = json.loads(stripped)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 from shared.codepaths import CodePathMap
 from shared.config import FtwizConfig
 from shared.logprefix import node_line, split_rank
+from shared.protocol import Checkpoint, Done, Error, Note, Started
 from shared.redact import redact, secret_values
 from tui.launch.events import (
     Event,
@@ -216,36 +217,35 @@ class RunCore:
             self.record.log(node, line)  # the log keeps what the node said; what is shown names the user's files
         text = self._code_paths().map(text)
         shown = node_line(node, rank, text)
-        obj = parse_protocol(text)
+        record = parse_protocol(text)
         # Protocol chatter (heartbeats, progress) would push the useful lines out of the tail.
         pid_ranks = {i.pid: r for r, i in self.progress.ranks.items() if i.pid is not None and i.node == node}
-        failure = self.failures.observe(node, rank, text, shown, chatter=obj is not None and obj.get("ftwiz") not in ("error", "note"), pid_ranks=pid_ranks)
+        chatter = record is not None and not isinstance(record, (Error, Note))
+        failure = self.failures.observe(node, rank, text, shown, chatter=chatter, pid_ranks=pid_ranks)
         if failure is not None:
             self.progress.settled = True
             self.supervisor.worker_failed(WorkerFailure(failure["node"], failure["rank"], failure["local_rank"], failure["exitcode"]))
-        if obj is not None:
-            kind = obj.get("ftwiz")
-            if self.progress.update(node, rank, obj, now=self.clock()):
+        if record is not None:
+            if self.progress.update(node, rank, record, now=self.clock()):
                 self._emit(ProgressChanged(self.progress.snapshot))
                 if self.progress.snapshot.straggler != self.record.model.straggler:
                     self.record.update(straggler=self.progress.snapshot.straggler)
-            if kind == "error":
-                failed_rank = obj.get("rank", rank)
-                self.supervisor.rank_errored(node, failed_rank if isinstance(failed_rank, int) else rank, str(obj.get("message", "")), self.clock())
-            if kind == "started":
-                started = obj.get("rank", rank)
-                if isinstance(started, int):
-                    self.supervisor.rank_reached(started)
-                    if isinstance(obj.get("balance"), dict):  # your own code's rank read its share: its global rank is known now
-                        self._balance_rank(node, obj.get("local_rank"), started)
+            said_rank = record.rank if record.rank is not None else rank
+            if isinstance(record, Error):
+                self.supervisor.rank_errored(node, said_rank, record.message or "", self.clock())
+            elif isinstance(record, Started):
+                if said_rank is not None:
+                    self.supervisor.rank_reached(said_rank)
+                    if record.balance is not None:  # your own code's rank read its share: its global rank is known now
+                        self._balance_rank(node, record.local_rank, said_rank)
                 self._save_ranks()
-            elif kind in ("checkpoint", "done"):
-                if isinstance(obj.get("throughput"), dict):
-                    self.record.update(throughput=obj["throughput"], save=False)
+            elif isinstance(record, (Checkpoint, Done)):
+                if isinstance(record, Done) and record.throughput is not None:
+                    self.record.update(throughput=record.throughput, save=False)
                 self.record.update(progress=dataclasses.asdict(self.progress.snapshot))
-            elif kind == "note" and isinstance(obj.get("balance"), dict):
-                self.record.update(balance=obj["balance"])
-        self._emit(LogLine(node, rank, text, time.time(), obj))
+            elif isinstance(record, Note) and record.balance is not None:
+                self.record.update(balance=record.balance)
+        self._emit(LogLine(node, rank, text, time.time(), record))
 
     def _code_paths(self) -> CodePathMap:
         """Paths into the shipped code on the nodes → the user's ``code_dir`` (rebuilt when a node's run dir is known)."""

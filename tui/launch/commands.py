@@ -17,6 +17,7 @@ from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
 from shared.logprefix import node_line
+from shared.protocol import Error, Note, Started
 from tui.codeship import discard_prebuilt, prebuild, resolve_code_dir
 from tui.doctor.hook import WHY_PREFIX
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -61,16 +62,15 @@ class HeadlessPrinter:
 
     def _print(self, event: Event) -> None:
         if isinstance(event, LogLine):
-            obj = event.record
-            kind = obj.get("ftwiz") if obj is not None else None
-            if obj is not None and kind is not None and not self.show_protocol:
-                if kind == "started":
-                    backend = f", {obj['backend']}" if obj.get("backend") else ""  # the user's code picks its own
-                    print(f"{event.prefix} | started: rank {obj.get('rank')} of {obj.get('world_size')} (local {obj.get('local_rank')}, pid {obj.get('pid')}{backend})", file=self.out, flush=True)
-                elif kind == "note":
-                    print(f"{event.prefix} | note: {obj.get('message')}", file=self.out, flush=True)
-                elif kind == "error":  # the node side's own words (a script not found, an exception): shown as they come
-                    message = str(obj.get("message", ""))
+            record = event.record
+            if record is not None and not self.show_protocol:
+                if isinstance(record, Started):
+                    backend = f", {record.backend}" if record.backend else ""  # the user's code picks its own
+                    print(f"{event.prefix} | started: rank {record.rank} of {record.world_size} (local {record.local_rank}, pid {record.pid}{backend})", file=self.out, flush=True)
+                elif isinstance(record, Note):
+                    print(f"{event.prefix} | note: {record.message}", file=self.out, flush=True)
+                elif isinstance(record, Error):  # the node side's own words (a script not found, an exception): shown as they come
+                    message = record.message or ""
                     print(f"{event.prefix} | ERROR: {message}", file=self.out, flush=True)
                     if not self._first_error:
                         self._first_error = f"{event.prefix}: {message}"

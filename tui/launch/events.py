@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Callable, Optional, Union
 
+from shared.protocol import Record
 from tui.launch.progress import ProgressSnapshot
 from tui.runs.status import RunStatus
 
@@ -54,10 +55,10 @@ class LogLine:
     """The line without the torchrun rank prefix."""
     time: float
     """Unix time the controller received it."""
-    record: Optional[Mapping[str, Any]] = None
-    """The protocol record in ``text`` (key ``"ftwiz"`` holds its kind), parsed once where the line entered the
-    controller (:func:`tui.launch.progress.parse_protocol`); None for any other line. Observers read it, never
-    parse ``text`` again."""
+    record: Optional[Record] = None
+    """The protocol record in ``text`` (a :mod:`shared.protocol` dataclass, one per kind), parsed once where the line
+    entered the controller (:func:`tui.launch.progress.parse_protocol`); None for any other line. Observers read it,
+    never parse ``text`` again."""
 
     @property
     def prefix(self) -> str:

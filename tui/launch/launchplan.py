@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from shared.balanceplan import CommandBalance, plan_command
 from shared.config import FtwizConfig
+from shared.nodewire import LOG, SCRIPT, run_file
 from shared.redact import masked_env
 from tui.codeship import CodeBundle, bundle_for_run, resolve_code_dir
 from tui.launch.plan import NodePlan, Payload, build_plan, start_script
@@ -115,7 +116,7 @@ def build_launch_plan(
         rundir_abs = rundirs[mine.node]
         workdir_abs = rundir_abs[: -len(mine.rundir) - 1]
         job = {**spec, "workdir": workdir_abs, "base_dir": workdir_abs}
-        files = {"job.json": json.dumps(job, indent=2).encode(), f"{mine.node}.sh": start_script(mine, rundir_abs).encode()}
+        files = {"job.json": json.dumps(job, indent=2).encode(), run_file(mine.node, SCRIPT): start_script(mine, rundir_abs).encode()}
         record = {
             "workdir": workdir_abs,
             "rundir": rundir_abs,
@@ -124,7 +125,7 @@ def build_launch_plan(
             "command_line": mine.command_line,
             "env": masked_env(mine.env),
             "cuda_visible_devices": mine.cuda_visible_devices,
-            "node_log": f"{rundir_abs}/{mine.node}.log",
+            "node_log": f"{rundir_abs}/{run_file(mine.node, LOG)}",
         }
         slices[mine.node] = NodeSlice(mine, MappingProxyType(files), MappingProxyType(record))
     code, run_record = _user_code(config, run_id=run_id, config_dir=config_dir)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from shared.config import FtwizConfig, NodeConfig
-from shared.nodewire import NODE_ENV, RUN_ENV, payload_header
+from shared.nodewire import LOG, NODE_ENV, RUN_ENV, payload_header, run_file, write_exit_sh, write_pgid_sh
 from shared.redact import masked_env
 from tui.jobshape import node_processes
 from tui.runs.index import RUN_ID_RE
@@ -229,23 +229,20 @@ def start_script(plan: NodePlan, rundir_abs: str) -> str:
     torchrun ends by itself, the exit code (``<node>.exit``, written atomically). torchrun's output
     goes to ``<node>.log`` in the run directory: the node-side log that outlives the controller.
     """
-    run_dir = shlex.quote(rundir_abs)
-    name = shlex.quote(plan.node)
     lines = [
         "#!/bin/sh",
         f"# ftwiz run {plan.env[RUN_ENV]} on node {plan.node}: generated, every value quoted.",
         f"cd {quote_path(plan.workdir)} || exit 97",
         # The pgid and the leader's start time (/proc/PID/stat field 22): a stop signals the group only while both match.
-        f"echo \"$$ $(sed 's/.*) //' /proc/$$/stat 2>/dev/null | cut -d' ' -f20)\" > {run_dir}/{name}.pgid.tmp"
-        f" && mv {run_dir}/{name}.pgid.tmp {run_dir}/{name}.pgid",
+        write_pgid_sh(rundir_abs, plan.node),
     ]
     lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(plan.env.items())]
     if "GLOO_SOCKET_IFNAME" not in plan.env:
         lines += _interface_fallback(plan.env["MASTER_ADDR"])
     lines += [
-        f"{shlex.join(plan.argv)} < /dev/null >> {run_dir}/{name}.log 2>&1",
+        f"{shlex.join(plan.argv)} < /dev/null >> {shlex.quote(f'{rundir_abs}/{run_file(plan.node, LOG)}')} 2>&1",
         "code=$?",
-        f"echo $code > {run_dir}/{name}.exit.tmp && mv {run_dir}/{name}.exit.tmp {run_dir}/{name}.exit",
+        write_exit_sh(rundir_abs, plan.node),
         "exit $code",
         "",
     ]

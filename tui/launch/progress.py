@@ -2,8 +2,8 @@
 
 Workers print one JSON object per line with an ``"ftwiz"`` kind (``started``, ``progress``,
 ``heartbeat``, ``allreduce``, ``checkpoint``, ``done``, ``error``); torchrun prefixes each worker
-line with ``[rank<N>]:`` (:func:`shared.logprefix.split_rank` strips it), :func:`parse_protocol` decodes the
-object, and :class:`ProgressModel` folds them into a :class:`ProgressSnapshot`. It also remembers
+line with ``[rank<N>]:`` (:func:`shared.logprefix.split_rank` strips it), :func:`parse_protocol` reads the
+typed record (:mod:`shared.protocol`), and :class:`ProgressModel` folds them into a :class:`ProgressSnapshot`. It also remembers
 when each rank last *moved* (a progress or heartbeat line), which the stall detector reads.
 """
 
@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from shared.protocol import parse_line
+from shared.protocol import Allreduce, Checkpoint, Done, Error, Heartbeat, Progress, Record, Started, parse_line
 from shared.straggler import RankBusy, RankTiming, name_busy_straggler, name_straggler
 from tui.launch.trainer_output import parse_trainer_line
 
@@ -34,11 +34,11 @@ BUSY_WINDOW = 8
 BUSY_MIN_SAMPLES = 4
 
 
-def parse_protocol(text: str) -> Optional[dict[str, Any]]:
-    """The protocol object in ``text`` (key ``"ftwiz"`` holds the kind), or None for any other line.
+def parse_protocol(text: str) -> Optional[Record]:
+    """The protocol record in ``text``, or None for any other line.
 
     Besides ftwiz's own lines (``shared/protocol.py``), what the common trainers print counts as a
-    ``progress`` record (HF/TRL/axolotl log dicts, tqdm bars, LLaMA-Factory records: see
+    :class:`~shared.protocol.Progress` record (HF/TRL/axolotl log dicts, tqdm bars, LLaMA-Factory records: see
     :mod:`tui.launch.trainer_output`), so a user's script shows progress without changing its code.
     """
     obj = parse_line(text)
@@ -120,56 +120,49 @@ class ProgressModel:
     _tokens_seen: deque = field(default_factory=lambda: deque(maxlen=30))
     _train_elapsed_s: Optional[float] = None
 
-    def update(self, node: str, rank: Optional[int], obj: dict[str, Any], *, now: Optional[float] = None) -> bool:
-        """Apply one protocol object from ``node``; True when the snapshot changed."""
+    def update(self, node: str, rank: Optional[int], record: Record, *, now: Optional[float] = None) -> bool:
+        """Apply one protocol record from ``node`` (``rank``: its line's rank prefix, when the record names none); True
+        when the snapshot changed."""
         now = time.monotonic() if now is None else now
-        kind = obj.get("ftwiz")
-        rank = _int(obj.get("rank"), rank)
+        rank = record.rank if record.rank is not None else rank
         snap = self.snapshot
-        if kind == "started":
+        if isinstance(record, Started):
             if rank is not None:
-                self.ranks[rank] = RankInfo(
-                    rank=rank,
-                    node=node,
-                    local_rank=_int(obj.get("local_rank")),
-                    pid=_int(obj.get("pid")),
-                    hostname=obj.get("hostname"),
-                    backend=obj.get("backend"),
-                )
-            self.snapshot = replace(snap, world_size=_int(obj.get("world_size"), snap.world_size), ranks_started=len(self.ranks), updated_at=time.time())
+                self.ranks[rank] = RankInfo(rank=rank, node=node, local_rank=record.local_rank, pid=record.pid,
+                                            hostname=record.hostname, backend=record.backend)
+            world = record.world_size if record.world_size is not None else snap.world_size
+            self.snapshot = replace(snap, world_size=world, ranks_started=len(self.ranks), updated_at=time.time())
             return True
-        if kind in ("progress", "heartbeat"):
-            step = _int(obj.get("step"))
+        if isinstance(record, (Progress, Heartbeat)):
             if rank is not None:
                 self.last_moved[rank] = now
-                if step is not None:
-                    self.last_step[rank] = step
-            if kind == "heartbeat":
-                return rank is not None and self._timing(rank, obj)
-            return self._progress(obj, step, now)
-        if kind == "checkpoint":
-            self.snapshot = replace(snap, last_checkpoint=obj.get("path"), last_checkpoint_step=_int(obj.get("step")), updated_at=time.time())
+                if record.step is not None:
+                    self.last_step[rank] = record.step
+            if isinstance(record, Heartbeat):
+                return rank is not None and self._timing(rank, record)
+            return self._progress(record, now)
+        if isinstance(record, Checkpoint):
+            self.snapshot = replace(snap, last_checkpoint=record.path, last_checkpoint_step=record.step, updated_at=time.time())
             return True
-        if kind == "allreduce":
-            row = {k: obj.get(k) for k in ("size_bytes", "algbw_gbps", "busbw_gbps", "correct")}
+        if isinstance(record, Allreduce):
+            row = {"size_bytes": record.size_bytes, "algbw_gbps": record.algbw_gbps, "busbw_gbps": record.busbw_gbps, "correct": record.correct}
             self.snapshot = replace(snap, allreduce=(*snap.allreduce, row), updated_at=time.time())
             if rank is not None:
                 self.last_moved[rank] = now
             return True
-        if kind == "done":
+        if isinstance(record, Done):
             if rank is not None and rank in self.ranks:
-                self.ranks[rank].status = obj.get("status")
+                self.ranks[rank].status = record.status
             done = sum(1 for r in self.ranks.values() if r.status)
             self.snapshot = replace(snap, ranks_done=done, updated_at=time.time())
             return True
-        if kind == "error":
-            self.errors.append((node, rank, str(obj.get("message", ""))))
-            return False
+        if isinstance(record, Error):
+            self.errors.append((node, rank, record.message or ""))
         return False
 
-    def _timing(self, rank: int, obj: dict[str, Any]) -> bool:
+    def _timing(self, rank: int, beat: Heartbeat) -> bool:
         """Fold a heartbeat's ``compute_s``/``sync_s`` in; True when the named straggler changed."""
-        compute, sync = _float(obj.get("compute_s")), _float(obj.get("sync_s"))
+        compute, sync = beat.compute_s, beat.sync_s
         if compute is None and sync is None:
             return False
         self.timings.setdefault(rank, deque(maxlen=TIMING_WINDOW)).append((compute, sync))
@@ -226,11 +219,11 @@ class ProgressModel:
             return None
         return RankBusy(rank, node, max(0.0, (d1 - d0) / 1e9 / (t1 - t0)))
 
-    def _progress(self, obj: dict[str, Any], step: Optional[int], now: float) -> bool:
-        snap = self.snapshot
-        if obj.get("source") == "tqdm" and _is_other_bar(snap, step, _int(obj.get("total_steps"))):
+    def _progress(self, record: Progress, now: float) -> bool:
+        snap, step = self.snapshot, record.step
+        if record.source == "tqdm" and _is_other_bar(snap, step, record.total_steps):
             return False  # an evaluation or data bar after the training bar took hold
-        total = _int(obj.get("total_steps"), snap.total_steps)
+        total = record.total_steps if record.total_steps is not None else snap.total_steps
         if step is not None and (snap.step is None or step >= snap.step):
             self._history.append((now, step))
         rate = _rate(self._history)
@@ -240,30 +233,27 @@ class ProgressModel:
             snap,
             step=new_step,
             total_steps=total,
-            loss=_float(obj.get("loss"), snap.loss),
-            learning_rate=_float(obj.get("learning_rate"), snap.learning_rate),
-            tokens_per_s=self._tokens_per_s(obj, now),
-            sync_s=_float(obj.get("sync_s"), snap.sync_s),
-            epoch=_float(obj.get("epoch"), snap.epoch),
+            loss=_said(record.loss, snap.loss),
+            learning_rate=_said(record.learning_rate, snap.learning_rate),
+            tokens_per_s=self._tokens_per_s(record, now),
+            sync_s=_said(record.sync_s, snap.sync_s),
+            epoch=_said(record.epoch, snap.epoch),
             steps_per_s=rate,
-            eta_s=max(0.0, eta) if eta is not None else _float(obj.get("eta_s"), snap.eta_s if step is None else None),
+            eta_s=max(0.0, eta) if eta is not None else _said(record.eta_s, snap.eta_s if step is None else None),
             updated_at=time.time(),
         )
         return True
 
 
-    def _tokens_per_s(self, obj: dict[str, Any], now: float) -> Optional[float]:
+    def _tokens_per_s(self, record: Progress, now: float) -> Optional[float]:
         """Tokens/s as said, or from TRL's cumulative ``num_tokens``, or axolotl's per-GPU rate × ranks."""
-        said = _float(obj.get("tokens_per_s"))
-        if said is not None:
-            return said
-        per_gpu = _float(obj.get("tokens_per_s_per_gpu"))
-        if per_gpu is not None:
-            return per_gpu * (self.snapshot.world_size or max(1, len(self.ranks)) or 1)
-        elapsed = _float(obj.get("elapsed_s"))
-        if elapsed is not None:
-            self._train_elapsed_s = elapsed
-        tokens = _float(obj.get("num_tokens"))
+        if record.tokens_per_s is not None:
+            return record.tokens_per_s
+        if record.tokens_per_s_per_gpu is not None:
+            return record.tokens_per_s_per_gpu * (self.snapshot.world_size or max(1, len(self.ranks)) or 1)
+        if record.elapsed_s is not None:
+            self._train_elapsed_s = record.elapsed_s
+        tokens = record.num_tokens
         if tokens is not None and self._train_elapsed_s is not None and self._train_elapsed_s >= _TOKEN_WINDOW_MIN_S:
             # TRL's count is cumulative over every rank; the training bar's elapsed time is the worker's own
             # clock, so bursts of lines arriving together do not skew the rate.
@@ -299,22 +289,8 @@ def _rate(history: deque) -> Optional[float]:
     return (s1 - s0) / (t1 - t0)
 
 
-def _int(value: Any, default: Optional[int] = None) -> Optional[int]:
-    if isinstance(value, bool):
-        return default
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return default
-
-
-def _float(value: Any, default: Optional[float] = None) -> Optional[float]:
-    if isinstance(value, bool):
-        return default
-    if isinstance(value, (int, float)):
-        return float(value)
-    return default
+def _said(value: Optional[float], default: Optional[float]) -> Optional[float]:
+    return default if value is None else value
 
 
 def _duration(seconds: float) -> str:

@@ -11,22 +11,22 @@ from tui.launch.plan import WORKLOAD_PACKAGE
 
 __all__ = ["SHIPPED_SHARED", "agent_stop", "explain", "plan_network", "workload_files"]
 
-#: The pure ``shared`` modules the workloads import on a node, and the name each is shipped under in the package.
-SHIPPED_SHARED = {"shared.protocol": "_wire.py", "shared.balanceplan": "_balanceplan.py"}
+#: The ``shared`` modules the workloads import on a node (standard library only: a test checks it), shipped under their
+#: own names beside the ``ftwiz_workloads`` package, so the workloads import them as ``shared.*`` there as here.
+SHIPPED_SHARED = ("shared/__init__.py", "shared/balanceplan.py", "shared/nodewire.py", "shared/protocol.py")
 
 
 def workload_files() -> dict[str, bytes]:
     """The ``agent/workloads`` package as ``ftwiz_workloads/...`` files (no caches), found as the node helper is
-    (:func:`tui.launch.nodecode.package_files`), without importing the agent daemon."""
+    (:func:`tui.launch.nodecode.package_files`), without importing the agent daemon, and the ``shared`` modules it
+    imports (:data:`SHIPPED_SHARED`) under their own paths."""
     found = package_files("agent.workloads", (".py", ".json", ".jinja", ".txt"))
     files = {f"{WORKLOAD_PACKAGE}/{name}": data for name, data in found.items()}
-    # The line protocol and the balance plan are defined in shared/ (the controller uses them too); the nodes have
-    # no ``shared`` package, so they travel beside the workloads (agent/workloads/protocol.py, balance.py import them).
-    for module, name in SHIPPED_SHARED.items():
-        source = package_dir("shared") / f"{module.split('.', 1)[1]}.py"
+    for path in SHIPPED_SHARED:
+        source = package_dir("shared") / path.split("/", 1)[1]
         if not source.is_file():
-            raise RuntimeError(f"{source} is missing: {module} is not installed beside ftwiz")
-        files[f"{WORKLOAD_PACKAGE}/{name}"] = source.read_bytes()
+            raise RuntimeError(f"{source} is missing: the shared package is not installed beside ftwiz")
+        files[path] = source.read_bytes()
     if f"{WORKLOAD_PACKAGE}/__main__.py" not in files:
         raise RuntimeError(f"the workloads package at {package_dir('agent.workloads')} has no __main__.py")
     return files

@@ -1,7 +1,7 @@
 """Progress from what the common trainers already print: no change to the user's code.
 
 :func:`parse_trainer_line` turns one worker line (the torchrun ``[rankN]:`` prefix already split off)
-into a protocol-shaped ``progress`` record, or None. It knows:
+into a protocol :class:`shared.protocol.Progress` record (its ``source`` names the form), or None. It knows:
 
 - **HF Trainer / TRL / axolotl log dicts** on stdout, printed by global rank 0 with no step number:
   transformers 4.x ``{'loss': 2.3125, 'grad_norm': 1.23, 'learning_rate': 4.5e-05, 'epoch': 0.05}``
@@ -29,8 +29,10 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
+
+from shared.protocol import Progress
 
 __all__ = ["BarCollapser", "is_bar", "parse_bar", "parse_log_dict", "parse_trainer_line", "regex_progress"]
 
@@ -44,16 +46,17 @@ _TRAILING_PREFIX = re.compile(r"(\[rank\d+\]:)+\s*$")
 _LOG_KEYS = frozenset({"loss", "train_loss", "learning_rate", "grad_norm", "epoch"})
 
 
-def parse_trainer_line(text: str) -> Optional[dict[str, Any]]:
+def parse_trainer_line(text: str) -> Optional[Progress]:
     """A ``progress`` record from one trainer line, or None (see the module docstring)."""
     record = parse_log_dict(text) if "{" in text else None
     bar = parse_bar(text[:_dict_start(text)] if record is not None else text) if "%|" in text else None
     if record is not None and bar is not None:  # a bar and a log dict glued into one line by torchrun's tee
-        record.update({k: v for k, v in bar.items() if k not in ("ftwiz", "source")})
+        said: dict[str, Any] = {"step": bar.step, "total_steps": bar.total_steps, "eta_s": bar.eta_s, "elapsed_s": bar.elapsed_s}
+        return replace(record, **{key: value for key, value in said.items() if value is not None})
     return record or bar
 
 
-def parse_log_dict(text: str) -> Optional[dict[str, Any]]:
+def parse_log_dict(text: str) -> Optional[Progress]:
     """An HF/TRL/axolotl log dict or a LLaMA-Factory record in ``text`` as a progress record, or None."""
     start = _dict_start(text)
     if start < 0:
@@ -72,7 +75,7 @@ def parse_log_dict(text: str) -> Optional[dict[str, Any]]:
         return _llamafactory(value)
     if not _LOG_KEYS & set(value):
         return None
-    out: dict[str, Any] = {"ftwiz": "progress", "source": "log_dict"}
+    out: dict[str, Any] = {"source": "log_dict"}
     _put(out, "loss", _number(value.get("loss")))  # not the summary's train_loss: a run mean, not the latest loss
     _put(out, "learning_rate", _number(value.get("learning_rate")))
     _put(out, "epoch", _number(value.get("epoch")))
@@ -83,7 +86,7 @@ def parse_log_dict(text: str) -> Optional[dict[str, Any]]:
     step = _number(value.get("step"))
     if step is not None and step == int(step):
         out["step"] = int(step)
-    return out if len(out) > 2 else None
+    return Progress(**out) if len(out) > 1 else None
 
 
 def _dict_start(text: str) -> int:
@@ -91,8 +94,8 @@ def _dict_start(text: str) -> int:
     return min(starts) if starts else -1
 
 
-def _llamafactory(value: dict[str, Any]) -> Optional[dict[str, Any]]:
-    out: dict[str, Any] = {"ftwiz": "progress", "source": "llamafactory"}
+def _llamafactory(value: dict[str, Any]) -> Optional[Progress]:
+    out: dict[str, Any] = {"source": "llamafactory"}
     step, total = _number(value.get("current_steps")), _number(value.get("total_steps"))
     if step is not None:
         out["step"] = int(step)
@@ -104,10 +107,10 @@ def _llamafactory(value: dict[str, Any]) -> Optional[dict[str, Any]]:
     remaining = value.get("remaining_time")
     if isinstance(remaining, str):
         _put(out, "eta_s", _clock_seconds(remaining))
-    return out if "step" in out else None
+    return Progress(**out) if "step" in out else None
 
 
-def parse_bar(text: str) -> Optional[dict[str, Any]]:
+def parse_bar(text: str) -> Optional[Progress]:
     """A tqdm training bar (no description) as step / total / ETA, or None."""
     text = _TRAILING_PREFIX.sub("", text)
     # torchrun may glue two updates into one line: the last one is the news.
@@ -121,10 +124,8 @@ def parse_bar(text: str) -> Optional[dict[str, Any]]:
     total = int(match.group("total"))
     if total <= 0:
         return None
-    out: dict[str, Any] = {"ftwiz": "progress", "source": "tqdm", "step": int(match.group("n")), "total_steps": total}
-    _put(out, "eta_s", _clock_seconds(match.group("remaining")))
-    _put(out, "elapsed_s", _clock_seconds(match.group("elapsed")))
-    return out
+    return Progress(source="tqdm", step=int(match.group("n")), total_steps=total, eta_s=_clock_seconds(match.group("remaining")),
+                    elapsed_s=_clock_seconds(match.group("elapsed")))
 
 
 def is_bar(text: str) -> bool:
@@ -132,13 +133,13 @@ def is_bar(text: str) -> bool:
     return "%|" in text and _BAR.search(_TRAILING_PREFIX.sub("", text)) is not None
 
 
-def regex_progress(pattern: "re.Pattern[str]", text: str) -> Optional[dict[str, Any]]:
+def regex_progress(pattern: "re.Pattern[str]", text: str) -> Optional[Progress]:
     """A progress record from ``[job].progress_regex`` (named groups step, total, loss, lr, epoch)."""
     match = pattern.search(text)
     if match is None:
         return None
     groups = match.groupdict()
-    out: dict[str, Any] = {"ftwiz": "progress", "source": "progress_regex"}
+    out: dict[str, Any] = {"source": "progress_regex"}
     for name, key in (("step", "step"), ("total", "total_steps")):
         number = _number(groups.get(name))
         if number is not None:
@@ -146,7 +147,7 @@ def regex_progress(pattern: "re.Pattern[str]", text: str) -> Optional[dict[str, 
     _put(out, "loss", _number(groups.get("loss")))
     _put(out, "learning_rate", _number(groups.get("lr")))
     _put(out, "epoch", _number(groups.get("epoch")))
-    return out if len(out) > 2 else None
+    return Progress(**out) if len(out) > 1 else None
 
 
 def _put(out: dict[str, Any], key: str, value: Optional[float]) -> None:

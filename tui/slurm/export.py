@@ -24,6 +24,7 @@ import shlex
 from collections.abc import Mapping
 
 from shared.config import FtwizConfig, NodeConfig
+from shared.nodewire import EXIT_FILE, LOG
 from tui.launch.plan import NodePlan, build_plan, make_payload, rundir_rel
 from tui.slurm.options import sbatch_options
 
@@ -151,10 +152,10 @@ def node_script(plan: NodePlan, *, placeholders: int) -> str:
         ]
     argv = " ".join(_render(arg, placeholders) for arg in plan.argv)
     lines += [
-        f'{argv} < /dev/null > {rundir}/"$FTWIZ_NODE_NAME".log 2>&1',
+        f'{argv} < /dev/null > {rundir}/"$FTWIZ_NODE_NAME"{LOG} 2>&1',
         "code=$?",
-        f'echo $code > {rundir}/"$FTWIZ_NODE_NAME".exit',
-        f'echo "ftwiz: $FTWIZ_NODE_NAME torchrun exit $code (log: "{rundir}/"$FTWIZ_NODE_NAME.log)"',
+        f'echo $code > {rundir}/"$FTWIZ_NODE_NAME"{EXIT_FILE}',
+        f'echo "ftwiz: $FTWIZ_NODE_NAME torchrun exit $code (log: "{rundir}/"$FTWIZ_NODE_NAME{LOG})"',
         "exit $code",
     ]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.config import FtwizConfig
+from shared.nodewire import EXIT_FILE, LOG, parse_exit, run_file
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "HeldRun", "StoredRun", "cancel_job", "job_running", "stored_run"]
@@ -159,9 +160,9 @@ def job_running(stored: StoredRun, say: Say) -> bool:
     say(f"job {job} is over ({gone.state}), so run {run_id} is too; there is nothing to follow")
     for node, info in sorted((record.get("nodes") or {}).items()):
         rundir = (info or {}).get("rundir")
-        exit_file = Path(rundir) / f"{node}.exit" if rundir else None
-        code = exit_file.read_text().strip() if exit_file is not None and exit_file.is_file() else "no exit code"
-        say(f"  {node}: torchrun {('exit ' + code) if code.lstrip('-').isdigit() else code}; log {rundir}/{node}.log")
+        exit_file = Path(rundir) / run_file(node, EXIT_FILE) if rundir else None
+        code = parse_exit(exit_file.read_text()) if exit_file is not None and exit_file.is_file() else None
+        say(f"  {node}: torchrun {'no exit code' if code is None else f'exit {code}'}; log {rundir}/{run_file(node, LOG)}")
     return False
 
 
