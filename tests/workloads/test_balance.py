@@ -223,12 +223,12 @@ def _slowed(model, rank_is_slow) -> None:
         layer.mlp.register_forward_pre_hook(sleep)
 
 
-def _fsdp_balancer_main(rank: int, world: int, port: int, out: str, job: str) -> None:
+def _balancer_main(rank: int, world: int, port: int, out: str, job: str, sharding: str) -> None:
     import json
 
     import torch.distributed as dist
 
-    from agent.workloads.balancing import FIRST_CHECK, Balancer
+    from agent.workloads.balancing import FIRST_CHECK, Balancer, wrap_ddp
     from agent.workloads.data import PaddingCollator
     from agent.workloads.dist import Ranks
     from agent.workloads.fsdp import shard
@@ -237,11 +237,15 @@ def _fsdp_balancer_main(rank: int, world: int, port: int, out: str, job: str) ->
     os.environ["FTWIZ_NODE"] = f"n{rank}"
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     model = _model()
-    shard(model, Ranks(rank, rank, world, world), "gloo", compute_dtype=None, offload=False)
     slow = {"rank": 1}
     _slowed(model, lambda: slow["rank"] == rank)
+    fsdp = sharding == "fsdp"
+    if fsdp:
+        shard(model, Ranks(rank, rank, world, world), "gloo", compute_dtype=None, offload=False)
+    else:
+        model = wrap_ddp(model, Ranks(rank, rank, world, world), "gloo")
     dataset = [{"input_ids": s} for s in _samples() * 4]
-    balancer = Balancer(model, dataset, PaddingCollator(0), load_spec(job), Ranks(rank, rank, world, world), fsdp=True)
+    balancer = Balancer(model, dataset, PaddingCollator(0), load_spec(job), Ranks(rank, rank, world, world), fsdp=fsdp)
     balancer.calibrate(0)
     calibrated = [s.samples_per_step for s in balancer.shares]
     slow["rank"] = 0  # the other rank slows down: the drift check must move the shares back
@@ -258,11 +262,13 @@ def _fsdp_balancer_main(rank: int, world: int, port: int, out: str, job: str) ->
     os._exit(0)
 
 
-def test_fsdp_calibration_and_drift_see_each_ranks_own_compute(tmp_path: Path):
-    """Under FSDP every forward all-gathers, so a fast rank's wall time is the slow one's: the calibration timed
-    the passes' wall time (every rank read at the slowest one's speed: a uniform split) and there was no drift
-    check. Rank 1 sleeps in each layer's MLP (a slow card): it must get fewer samples; then rank 0 does, and the
-    drift check must hand the larger share to rank 1."""
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_calibration_and_drift_see_each_ranks_own_compute(tmp_path: Path, sharding: str):
+    """Rank 1 sleeps in each layer's MLP (a slow card): it must get fewer samples; then rank 0 does, and the drift
+    check must hand the larger share to rank 1 (the fast rank's wait for the slow one is not its compute).
+
+    Under FSDP every forward all-gathers, so a fast rank's wall time is the slow one's: the calibration timed the
+    passes' wall time (every rank read at the slowest one's speed: 8/8 here) and there was no drift check."""
     import json
     import torch.multiprocessing as mp
 
@@ -271,7 +277,7 @@ def test_fsdp_calibration_and_drift_see_each_ranks_own_compute(tmp_path: Path):
                                "max_micro_batch": {"n0": 8, "n1": 8}}))
     out = tmp_path / "shares.json"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_fsdp_balancer_main, args=(2, _free_port(), str(out), str(job)), nprocs=2, join=True)
+    mp.spawn(_balancer_main, args=(2, _free_port(), str(out), str(job), sharding), nprocs=2, join=True)
     shares = json.loads(out.read_text())
     assert sum(shares["calibrated"]) == 16 and shares["calibrated"][0] > shares["calibrated"][1], shares
     assert sum(shares["drifted"]) == 16 and shares["drifted"][1] > shares["drifted"][0], shares
