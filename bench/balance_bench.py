@@ -14,6 +14,10 @@ arithmetic rather than the nodes' speed; this one's step is ~10x that, compute-b
 A run's tokens/s is all tokens after its first progress line over the time since (a median of two-step
 windows of a shared machine is noise). ``--reps`` runs of each mode alternate (off, auto, off, auto, ...) so a
 load that comes and goes hits both; each figure is the median of its runs, and the rows say the load average.
+Each ``auto`` run also gets a row of what decides its figure, so an outlier can be told apart: the speeds its
+calibration measured, its shares, each rank's median ``compute_s`` and ``sync_s`` per step (after step 2, from
+the heartbeats) and the 1-minute load average when it ended. Shares and calibration alike with every rank's
+compute slower points at the host, not the balancer.
 Run: ``python -m bench balance`` (``--quick``: one rep, fewer steps).
 """
 
@@ -23,6 +27,7 @@ import io
 import itertools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -85,6 +90,9 @@ def run(args: Any) -> list[dict]:
     for key, results in runs.items():
         rows.append({"measure": f"runs: {key} tokens/s", "value": json.dumps([r["tokens_per_s"] for r in results]), "unit": "tok/s"})
     rows.append({"measure": "balance shares (skewed, auto)", "value": json.dumps([r["shares"] for r in runs["auto"]]), "unit": "samples/step"})
+    for index, result in enumerate(runs["auto"]):
+        rows.append({"measure": f"skewed auto run {index + 1}: calibrated, shares, compute_s, sync_s, load", "unit": "",
+                     "value": json.dumps({k: result[k] for k in ("tokens_per_s", "calibrated", "shares", "compute_s", "sync_s", "load")})})
     rows.append({"measure": "load average before / after (1, 5, 15 min)",
                  "value": " / ".join(",".join(f"{x:.1f}" for x in load) for load in (load_before, load_after)), "unit": ""})
     return rows
@@ -141,8 +149,10 @@ def _launch(cluster: Any, base: Path, assets: dict[str, Path], steps: int, balan
     if code != 0:
         raise RuntimeError(f"{balance} run failed: {record.get('reason')}")
     progress = _progress(run_dir)
+    compute, sync = _rank_timings(run_dir)
     return {"tokens_per_s": run_rate(progress), "loss": progress[-1]["loss"] if progress else None,
-            "shares": [r["samples_per_step"] for r in (record.get("balance") or {}).get("ranks", [])]}
+            "shares": [r["samples_per_step"] for r in (record.get("balance") or {}).get("ranks", [])],
+            "calibrated": _calibrated(run_dir), "compute_s": compute, "sync_s": sync, "load": round(os.getloadavg()[0], 2)}
 
 
 def run_rate(progress: list[dict]) -> Optional[float]:
@@ -155,6 +165,26 @@ def run_rate(progress: list[dict]) -> Optional[float]:
     tokens = sum((p.get("tokens_per_s") or 0.0) * (p["time"] - q["time"]) for q, p in itertools.pairwise(timed))
     span = timed[-1]["time"] - timed[0]["time"] if len(timed) > 1 else 0.0
     return round(tokens / span, 1) if span > 0 else None
+
+
+def _records(run_dir: Path, kind: str) -> list[dict]:
+    prefix = '{"ftwiz":"%s"' % kind
+    return [json.loads(text) for log in sorted(run_dir.glob("*.log")) for line in log.read_text().splitlines()
+            if (text := line.partition(" | ")[2]).startswith(prefix)]
+
+
+def _rank_timings(run_dir: Path) -> tuple[list[Optional[float]], list[Optional[float]]]:
+    """Each rank's median ``compute_s`` and ``sync_s`` per step after step 2 (the heartbeats), rank order."""
+    beats = [b for b in _records(run_dir, "heartbeat") if "compute_s" in b and (b.get("step") or 0) > 2]
+    ranks = sorted({int(b["rank"]) for b in beats})
+    return ([_median([b["compute_s"] for b in beats if b["rank"] == r]) for r in ranks],
+            [_median([b.get("sync_s") for b in beats if b["rank"] == r]) for r in ranks])
+
+
+def _calibrated(run_dir: Path) -> Optional[list[float]]:
+    """The samples/s per rank of the run's first balance note (the calibration), from its message."""
+    notes = [n["message"] for n in _records(run_dir, "note") if "balance" in n and "calibrated" in n.get("message", "")]
+    return [float(x) for x in re.findall(r"([\d.]+) samples/s", notes[0])] if notes else None
 
 
 def _progress(run_dir: Path) -> list[dict]:
