@@ -12,8 +12,10 @@ The model is the tiny Llama at hidden size 256 and 4 layers (~4 M parameters): a
 model takes ~20 ms, most of it the loop's own overhead, so its throughput measures the Python around the
 arithmetic rather than the nodes' speed; this one's step is ~10x that, compute-bound like a real fine-tune.
 A run's tokens/s is all tokens after its first progress line over the time since (a median of two-step
-windows of a shared machine is noise). ``--reps`` runs of each mode alternate (off, auto, off, auto, ...) so a
-load that comes and goes hits both; each figure is the median of its runs, and the rows say the load average.
+windows of a shared machine is noise). ``FTWIZ_BENCH_REPS`` reps of off, auto and each node solo alternate so
+a load that comes and goes hits them all; each figure is the median of its runs, the auto-to-solo-sum ratio is
+also given per rep (a busy host's other work takes from node0, the unheld one, and changed its speed by 2x
+between runs), and the rows say the load average.
 Each ``auto`` run also gets a row of what decides its figure, so an outlier can be told apart: the speeds its
 calibration measured, its shares, each rank's median ``compute_s`` and ``sync_s`` per step (after step 2, from
 the heartbeats) and the 1-minute load average when it ended. Shares and calibration alike with every rank's
@@ -68,11 +70,11 @@ def run(args: Any) -> list[dict]:
         slow = cluster.nodes[1]
         with CpuCgroup(SLOW_CORES) as group:
             group.add(sshd_pid(slow))
-            for _ in range(reps):
+            for _ in range(reps):  # each rep its own solo runs: node0's share of a busy host changes by 2x between runs
                 launch("off", "off")
                 launch("auto", "auto")
-            for node in cluster.nodes:
-                launch(f"solo {node.name}", "off", only=node.name)
+                for node in cluster.nodes:
+                    launch(f"solo {node.name}", "off", only=node.name)
         for _ in range(reps):
             launch("even off", "off")
             launch("even auto", "auto")
@@ -83,6 +85,10 @@ def run(args: Any) -> list[dict]:
         _row(f"skewed: balanced vs uniform tokens/s (node1 at {SLOW_CORES:.2f} core)", rate["auto"], rate["off"], ">= 1.25"),
         _row("skewed: balanced vs the sum of solo tokens/s", rate["auto"], solo_sum, ">= 0.9"),
     ]
+    paired = [auto["tokens_per_s"] / sum(runs[f"solo {node.name}"][rep]["tokens_per_s"] or 0.0 for node in cluster.nodes)
+              for rep, auto in enumerate(runs["auto"]) if auto["tokens_per_s"]]
+    rows.append({"measure": "skewed: balanced vs the solo sum of the same rep (median of reps; each rep)", "unit": "",
+                 "value": json.dumps([_median(paired), [round(x, 3) for x in paired]]), "target": ">= 0.9"})
     rows += [_row(f"skewed: {node.name} solo tokens/s", rate[f"solo {node.name}"], None, "") for node in cluster.nodes]
     loss = {key: _median([r["loss"] for r in runs[key]]) for key in ("off", "auto")}
     rows.append(_row("skewed: final loss auto vs off", loss["auto"], loss["off"], "0.97 .. 1.03", unit="loss"))
