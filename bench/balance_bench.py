@@ -12,8 +12,14 @@ The model is the tiny Llama at hidden size 256 and 4 layers (~4 M parameters): a
 model takes ~20 ms, most of it the loop's own overhead, so its throughput measures the Python around the
 arithmetic rather than the nodes' speed; this one's step is ~10x that, compute-bound like a real fine-tune.
 A run's tokens/s is all tokens after its first progress line over the time since (a median of two-step
-windows of a shared machine is noise). ``--reps`` runs of each mode alternate (off, auto, off, auto, ...) so a
-load that comes and goes hits both; each figure is the median of its runs, and the rows say the load average.
+windows of a shared machine is noise). ``FTWIZ_BENCH_REPS`` reps of off, auto and each node solo alternate so
+a load that comes and goes hits them all; each figure is the median of its runs, the auto-to-solo-sum ratio is
+also given per rep (a busy host's other work takes from node0, the unheld one, and changed its speed by 2x
+between runs), and the rows say the load average.
+Each ``auto`` run also gets a row of what decides its figure, so an outlier can be told apart: the speeds its
+calibration measured, its shares, each rank's median ``compute_s`` and ``sync_s`` per step (after step 2, from
+the heartbeats) and the 1-minute load average when it ended. Shares and calibration alike with every rank's
+compute slower points at the host, not the balancer.
 Run: ``python -m bench balance`` (``--quick``: one rep, fewer steps).
 """
 
@@ -23,6 +29,7 @@ import io
 import itertools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -63,11 +70,11 @@ def run(args: Any) -> list[dict]:
         slow = cluster.nodes[1]
         with CpuCgroup(SLOW_CORES) as group:
             group.add(sshd_pid(slow))
-            for _ in range(reps):
+            for _ in range(reps):  # each rep its own solo runs: node0's share of a busy host changes by 2x between runs
                 launch("off", "off")
                 launch("auto", "auto")
-            for node in cluster.nodes:
-                launch(f"solo {node.name}", "off", only=node.name)
+                for node in cluster.nodes:
+                    launch(f"solo {node.name}", "off", only=node.name)
         for _ in range(reps):
             launch("even off", "off")
             launch("even auto", "auto")
@@ -78,6 +85,10 @@ def run(args: Any) -> list[dict]:
         _row(f"skewed: balanced vs uniform tokens/s (node1 at {SLOW_CORES:.2f} core)", rate["auto"], rate["off"], ">= 1.25"),
         _row("skewed: balanced vs the sum of solo tokens/s", rate["auto"], solo_sum, ">= 0.9"),
     ]
+    paired = [auto["tokens_per_s"] / sum(runs[f"solo {node.name}"][rep]["tokens_per_s"] or 0.0 for node in cluster.nodes)
+              for rep, auto in enumerate(runs["auto"]) if auto["tokens_per_s"]]
+    rows.append({"measure": "skewed: balanced vs the solo sum of the same rep (median of reps; each rep)", "unit": "",
+                 "value": json.dumps([_median(paired), [round(x, 3) for x in paired]]), "target": ">= 0.9"})
     rows += [_row(f"skewed: {node.name} solo tokens/s", rate[f"solo {node.name}"], None, "") for node in cluster.nodes]
     loss = {key: _median([r["loss"] for r in runs[key]]) for key in ("off", "auto")}
     rows.append(_row("skewed: final loss auto vs off", loss["auto"], loss["off"], "0.97 .. 1.03", unit="loss"))
@@ -85,6 +96,9 @@ def run(args: Any) -> list[dict]:
     for key, results in runs.items():
         rows.append({"measure": f"runs: {key} tokens/s", "value": json.dumps([r["tokens_per_s"] for r in results]), "unit": "tok/s"})
     rows.append({"measure": "balance shares (skewed, auto)", "value": json.dumps([r["shares"] for r in runs["auto"]]), "unit": "samples/step"})
+    for index, result in enumerate(runs["auto"]):
+        rows.append({"measure": f"skewed auto run {index + 1}: calibrated, shares, compute_s, sync_s, load", "unit": "",
+                     "value": json.dumps({k: result[k] for k in ("tokens_per_s", "calibrated", "shares", "compute_s", "sync_s", "load")})})
     rows.append({"measure": "load average before / after (1, 5, 15 min)",
                  "value": " / ".join(",".join(f"{x:.1f}" for x in load) for load in (load_before, load_after)), "unit": ""})
     return rows
@@ -141,8 +155,10 @@ def _launch(cluster: Any, base: Path, assets: dict[str, Path], steps: int, balan
     if code != 0:
         raise RuntimeError(f"{balance} run failed: {record.get('reason')}")
     progress = _progress(run_dir)
+    compute, sync = _rank_timings(run_dir)
     return {"tokens_per_s": run_rate(progress), "loss": progress[-1]["loss"] if progress else None,
-            "shares": [r["samples_per_step"] for r in (record.get("balance") or {}).get("ranks", [])]}
+            "shares": [r["samples_per_step"] for r in (record.get("balance") or {}).get("ranks", [])],
+            "calibrated": _calibrated(run_dir), "compute_s": compute, "sync_s": sync, "load": round(os.getloadavg()[0], 2)}
 
 
 def run_rate(progress: list[dict]) -> Optional[float]:
@@ -155,6 +171,26 @@ def run_rate(progress: list[dict]) -> Optional[float]:
     tokens = sum((p.get("tokens_per_s") or 0.0) * (p["time"] - q["time"]) for q, p in itertools.pairwise(timed))
     span = timed[-1]["time"] - timed[0]["time"] if len(timed) > 1 else 0.0
     return round(tokens / span, 1) if span > 0 else None
+
+
+def _records(run_dir: Path, kind: str) -> list[dict]:
+    prefix = '{"ftwiz":"%s"' % kind
+    return [json.loads(text) for log in sorted(run_dir.glob("*.log")) for line in log.read_text().splitlines()
+            if (text := line.partition(" | ")[2]).startswith(prefix)]
+
+
+def _rank_timings(run_dir: Path) -> tuple[list[Optional[float]], list[Optional[float]]]:
+    """Each rank's median ``compute_s`` and ``sync_s`` per step after step 2 (the heartbeats), rank order."""
+    beats = [b for b in _records(run_dir, "heartbeat") if "compute_s" in b and (b.get("step") or 0) > 2]
+    ranks = sorted({int(b["rank"]) for b in beats})
+    return ([_median([b["compute_s"] for b in beats if b["rank"] == r]) for r in ranks],
+            [_median([b.get("sync_s") for b in beats if b["rank"] == r]) for r in ranks])
+
+
+def _calibrated(run_dir: Path) -> Optional[list[float]]:
+    """The samples/s per rank of the run's first balance note (the calibration), from its message."""
+    notes = [n["message"] for n in _records(run_dir, "note") if "balance" in n and "calibrated" in n.get("message", "")]
+    return [float(x) for x in re.findall(r"([\d.]+) samples/s", notes[0])] if notes else None
 
 
 def _progress(run_dir: Path) -> list[dict]:

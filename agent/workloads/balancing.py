@@ -2,12 +2,18 @@
 
 The plan and its mathematics are in :mod:`.balance`. Here: the global batches (one seeded permutation of the
 dataset per epoch, cut into ``micro_batch_size × grad_accum_steps × world`` samples: the same sets for every
-mode), a calibration before the first step (each rank times forward+backward passes on its own, with no
-gradient sync, so the figure is its compute alone), and, under DDP, a check :data:`FIRST_CHECK` steps after
-the first, then every :data:`CHECK_EVERY` steps, of each rank's compute speed (its samples over its
-forward+backward passes less its own time in the all-reduce): when one drifted by more than 20 % the shares
-are planned again and the log says so. Every rank's heartbeat carries its ``compute_s`` and ``sync_s`` (the
-straggler decision's input).
+mode), a calibration before the first step (each rank times its own compute: under DDP forward+backward passes with
+no gradient sync; under FSDP, where every forward all-gathers each unit's parameters and so waits for the
+slowest peer, the forward passes less the time spent in FSDP's own pre- and post-forward hooks, where the
+all-gathers wait: :class:`ForwardClock`), and a check :data:`FIRST_CHECK` steps after the first, then every
+:data:`CHECK_EVERY` steps, of each rank's compute speed (DDP: its samples over its forward+backward passes less
+its own time in the all-reduce; FSDP: over its forward compute, measured the same way): when one drifted by
+more than 20 % the shares are planned again and the log says so. Every rank's heartbeat carries its
+``compute_s`` and, under DDP, ``sync_s`` (the straggler decision's input).
+
+On a GPU the FSDP clock synchronises the device at each hook (the kernels run after their launch) during the
+calibration only; the per-step drift check under FSDP runs on CPU ranks alone (synchronising every hook of every
+step would cost the overlap of the all-gathers with compute).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from .dist import Ranks
 from .errors import WorkloadError, note
 from .protocol import emit
 
-__all__ = ["Balancer", "wrap_ddp"]
+__all__ = ["Balancer", "ForwardClock", "wrap_ddp"]
 
 CHECK_EVERY = 10
 """Steps between drift checks (one small all-gather each)."""
@@ -70,6 +76,7 @@ class Balancer:
         self.speeds: list[float] = []
         self._window: deque = deque(maxlen=CHECK_EVERY)
         self._timer = None
+        self._clock: Optional[ForwardClock] = None  # FSDP: installed by calibrate(), before the first forward
         if not fsdp:
             from .synctime import SyncTimer
 
@@ -92,20 +99,31 @@ class Balancer:
         batch = self._to_device(self.collate([self.dataset[i] for i in indices]))
         self._sync(False)
         elapsed = 0.0
+        cuda = torch.cuda.is_available()
+        if self.fsdp:
+            self._clock = self._clock or ForwardClock(self.model)
+            self._clock.synchronize = cuda
         for attempt in range(1 + CALIBRATION_PASSES):
+            if self._clock is not None:
+                self._clock.take()  # the warm-up pass's forward (lazy init, first allocations) does not count
             began = time.perf_counter()
             with self.model.no_sync() if not self.fsdp else _Nothing():  # DDP: no all-reduce, no waiting for a peer
                 loss, _ = weighted_loss(self.model, batch, world_size=self.ranks.world_size, global_batch=self.global_batch)
                 loss.backward()
-            if torch.cuda.is_available():
+            if cuda:
                 torch.cuda.synchronize()
             if attempt:
-                elapsed += time.perf_counter() - began
+                # FSDP: every forward waits for the slowest peer's all-gathers, so the wall time would give every rank
+                # the slowest one's speed (a uniform split, whatever the cards): its forward compute alone instead
+                elapsed += self._clock.take() if self._clock is not None else time.perf_counter() - began
+        if self._clock is not None:
+            self._clock.synchronize = False
         self.model.zero_grad(set_to_none=True)
         if self._timer is not None:
             self._timer.take_step()  # nothing of the calibration counts as the first step's sync
         speed = len(indices) * CALIBRATION_PASSES / max(elapsed, 1e-9)
-        self._plan(self._gather(speed), reason="calibrated on each rank's own forward+backward")
+        how = "forward passes, the all-gathers' waits left out" if self.fsdp else "forward+backward"
+        self._plan(self._gather(speed), reason=f"calibrated on each rank's own {how}")
 
     def _plan(self, speeds: list[float], *, reason: str) -> None:
         nodes = self._gather_nodes()
@@ -125,6 +143,8 @@ class Balancer:
     def step(self, step: int) -> tuple[float, int]:
         """Forward+backward of this rank's share of ``step``'s global batch; ``(its part of the mean loss, tokens)``."""
         self._started = time.perf_counter()
+        if self._clock is not None:
+            self._clock.take()  # this step's forwards only
         indices = self._global_batch(step)
         slices = step_slices(self.shares, self.ranks.rank)
         total, tokens = 0.0, 0
@@ -155,15 +175,25 @@ class Balancer:
             self._steps_after_first += 1
             # its speed: samples over its forward+backward passes alone (not the optimizer's fixed time, which would
             # make a rank with a small share look slower than it is, and shrink its share again at the next check)
-            self._window.append((self.shares[self.ranks.rank].samples_per_step, max(self._passes_s - (sync or 0.0), 1e-9)))
+            # under FSDP: its forward compute, as calibrated (the passes' wall time holds the peers' all-gather waits)
+            busy = self._clock.take() if self._clock is not None else self._passes_s - (sync or 0.0)
+            self._window.append((self.shares[self.ranks.rank].samples_per_step, max(busy, 1e-9)))
         # every rank counts the same steps, so every rank joins the check's all-gather at the same one
-        if self._timer is not None and len(self._window) >= (CHECK_EVERY if self._checked else FIRST_CHECK):
+        if self._checks_drift() and len(self._window) >= (CHECK_EVERY if self._checked else FIRST_CHECK):
             self._checked = True
             self._check_drift()
         timing: dict[str, Any] = {"compute_s": round(compute, 5)}
         if sync is not None:
             timing["sync_s"] = round(sync, 5)
         return timing
+
+    def _checks_drift(self) -> bool:
+        """DDP: always; FSDP: on CPU ranks (on a GPU the forward clock is exact only while it synchronises)."""
+        if self._clock is None:
+            return True
+        import torch
+
+        return not torch.cuda.is_available()
 
     def _check_drift(self) -> None:
         measured = self._gather(sum(n for n, _ in self._window) / sum(s for _, s in self._window))
@@ -220,6 +250,67 @@ class Balancer:
 
     def _gather_caps(self) -> list[int]:
         return [max(1, int(v)) for v in self._gather(float(self.max_micro))]
+
+
+class ForwardClock:
+    """FSDP: this rank's forward compute per pass, the time in FSDP's own forward hooks left out.
+
+    FSDP2's pre-forward hook of each unit all-gathers its parameters and waits for them (so for the slowest
+    peer); its post-forward hook reshards. Each unit gets a hook before and one after FSDP's on both sides
+    (``prepend``), and a forward of the root counts its wall time less the time between those brackets. The
+    recomputation of a checkpointed layer in backward (no root forward around it) is not counted.
+    """
+
+    def __init__(self, model: Any) -> None:
+        from torch.distributed.fsdp import FSDPModule
+
+        self.synchronize = False
+        """Synchronise the GPU at each bracket (the calibration on a GPU: kernels run after their launch)."""
+        self._root = model
+        self._compute = 0.0
+        self._began: Optional[float] = None
+        self._opened = 0.0
+        self._waited = 0.0
+        units: list[Any] = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        for unit in units:
+            unit.register_forward_pre_hook(self._pre_open, prepend=True)  # runs before FSDP's pre-forward
+            unit.register_forward_pre_hook(self._pre_close)  # and this one after it
+            unit.register_forward_hook(self._post_open, prepend=True)  # before FSDP's post-forward
+            unit.register_forward_hook(self._post_close)  # after it
+
+    def take(self) -> float:
+        """Seconds of forward compute since the last call; resets."""
+        compute, self._compute = self._compute, 0.0
+        return compute
+
+    def _now(self) -> float:
+        if self.synchronize:
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def _pre_open(self, module: Any, args: Any) -> None:
+        now = self._now()
+        if module is self._root:
+            self._began, self._waited = now, 0.0
+        self._opened = now
+
+    def _pre_close(self, module: Any, args: Any) -> None:
+        if self._began is not None:
+            self._waited += self._now() - self._opened
+
+    def _post_open(self, module: Any, args: Any, output: Any) -> None:
+        self._opened = self._now()
+
+    def _post_close(self, module: Any, args: Any, output: Any) -> None:
+        if self._began is None:
+            return
+        now = self._now()
+        self._waited += now - self._opened
+        if module is self._root:
+            self._compute += now - self._began - self._waited
+            self._began = None
 
 
 class _Nothing:

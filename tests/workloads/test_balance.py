@@ -206,3 +206,78 @@ def test_the_balancer_takes_its_nodes_micro_batch_cap_from_job_json(tmp_path: Pa
     assert balancer({"other": 9}).max_micro == 2 and balancer(None).max_micro == 2 and balancer({"big": 1}).max_micro == 2
     with pytest.raises(WorkloadError, match=r"job\.json: max_micro_batch\['big'\] must be a whole number >= 1 \(got '6'\)"):
         balancer({"big": "6"})
+
+
+SLOW_S = 0.05
+"""Sleep of a slowed rank in each decoder layer's MLP: inside the layer's compute, outside FSDP's hooks."""
+
+
+def _slowed(model, rank_is_slow) -> None:
+    import time
+
+    def sleep(module, args):
+        if rank_is_slow():
+            time.sleep(SLOW_S)
+
+    for layer in model.model.layers:
+        layer.mlp.register_forward_pre_hook(sleep)
+
+
+def _balancer_main(rank: int, world: int, port: int, out: str, job: str, sharding: str) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    from agent.workloads.balancing import FIRST_CHECK, Balancer, wrap_ddp
+    from agent.workloads.data import PaddingCollator
+    from agent.workloads.dist import Ranks
+    from agent.workloads.fsdp import shard
+    from agent.workloads.spec import load_spec
+
+    os.environ["FTWIZ_NODE"] = f"n{rank}"
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    model = _model()
+    slow = {"rank": 1}
+    _slowed(model, lambda: slow["rank"] == rank)
+    fsdp = sharding == "fsdp"
+    if fsdp:
+        shard(model, Ranks(rank, rank, world, world), "gloo", compute_dtype=None, offload=False)
+    else:
+        model = wrap_ddp(model, Ranks(rank, rank, world, world), "gloo")
+    dataset = [{"input_ids": s} for s in _samples() * 4]
+    balancer = Balancer(model, dataset, PaddingCollator(0), load_spec(job), Ranks(rank, rank, world, world), fsdp=fsdp)
+    balancer.calibrate(0)
+    calibrated = [s.samples_per_step for s in balancer.shares]
+    slow["rank"] = 0  # the other rank slows down: the drift check must move the shares back
+    for step in range(1, FIRST_CHECK + 2):  # the first step gives no speed; the check follows FIRST_CHECK more
+        balancer.step(step)
+        model.zero_grad(set_to_none=True)
+        balancer.finish_step(step)
+    if rank == 0:
+        Path(out).write_text(json.dumps({"calibrated": calibrated, "drifted": [s.samples_per_step for s in balancer.shares]}))
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_calibration_and_drift_see_each_ranks_own_compute(tmp_path: Path, sharding: str):
+    """Rank 1 sleeps in each layer's MLP (a slow card): it must get fewer samples; then rank 0 does, and the drift
+    check must hand the larger share to rank 1 (the fast rank's wait for the slow one is not its compute).
+
+    Under FSDP every forward all-gathers, so a fast rank's wall time is the slow one's: the calibration timed the
+    passes' wall time (every rank read at the slowest one's speed: 8/8 here) and there was no drift check."""
+    import json
+    import torch.multiprocessing as mp
+
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"workload": "sft", "micro_batch_size": 2, "grad_accum_steps": 4, "balance": "auto",
+                               "max_micro_batch": {"n0": 8, "n1": 8}}))
+    out = tmp_path / "shares.json"
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(_balancer_main, args=(2, _free_port(), str(out), str(job), sharding), nprocs=2, join=True)
+    shares = json.loads(out.read_text())
+    assert sum(shares["calibrated"]) == 16 and shares["calibrated"][0] > shares["calibrated"][1], shares
+    assert sum(shares["drifted"]) == 16 and shares["drifted"][1] > shares["drifted"][0], shares
