@@ -120,8 +120,11 @@ _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torc
                "— or run that node's ranks on CPU with `[[nodes]] cpu_ranks = N`")
 
 #: A training loss or grad norm as logs name it: ``loss``, ``'grad_norm'``, ``grad norm``, ``total_loss``, ``lm loss``
-#: (an ``eval_loss``, a ``val_loss`` or a ``loss_cls`` component is not: no word boundary before or after ``loss``).
-_LOGGED_LOSS = r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?(?:loss|grad[ _]norm)\b"
+#: (an ``eval_loss``, a ``val_loss`` or a ``loss_cls`` component is not: no word boundary before or after ``loss``;
+#: nor is an evaluation loss spelt with a space, ``Val loss nan``, ``valid loss``, ``eval loss``, ``test loss``: an
+#: empty or label-less evaluation set gives nan there while training is fine, instructlab/taxonomy#785).
+_LOGGED_LOSS = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
+                r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?(?:loss|grad[ _]norm)\b")
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- GPU memory
