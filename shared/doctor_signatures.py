@@ -120,8 +120,11 @@ _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torc
                "— or run that node's ranks on CPU with `[[nodes]] cpu_ranks = N`")
 
 #: A training loss or grad norm as logs name it: ``loss``, ``'grad_norm'``, ``grad norm``, ``total_loss``, ``lm loss``
-#: (an ``eval_loss``, a ``val_loss`` or a ``loss_cls`` component is not: no word boundary before or after ``loss``).
-_LOGGED_LOSS = r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?(?:loss|grad[ _]norm)\b"
+#: (an ``eval_loss``, a ``val_loss`` or a ``loss_cls`` component is not: no word boundary before or after ``loss``;
+#: nor is an evaluation loss spelt with a space, ``Val loss nan``, ``valid loss``, ``eval loss``, ``test loss``: an
+#: empty or label-less evaluation set gives nan there while training is fine, instructlab/taxonomy#785).
+_LOGGED_LOSS = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
+                r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?(?:loss|grad[ _]norm)\b")
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- GPU memory
@@ -144,8 +147,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DataLoader worker \(pid \d+\) is killed by signal: Killed", 8,
          "bakwc/JamSpell#43, reachsumit/deep-unet-for-satellite-image-segmentation#18, hezhangsprinter/DCPDN#12"),
     _sig("oom.host", r"exits with return code = -9|exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received by PID|"
-         r"died with <Signals\.SIGKILL: 9>|exit (?:code|status) 137\b|non-zero exit status -9\b|\bOOMKilled\b|^\s*Killed\s*$", 7,
+         r"died with <Signals\.SIGKILL: 9>|exit (?:code|status) 137\b|non-zero exit status -9\b|\bOOMKilled\b", 7,
          "liucongg/ChatGLM-Finetuning#102 (DeepSpeed launcher), lzhxmu/CPPO#6, apple/ml-recurrent-drafter#5 (torchrun summary)"),
+    # the shell's own report of a SIGKILLed child: a bare 'Killed' line (also as pasted into an issue: '> Killed',
+    # '**Killed**'), bash job control ('[1]+  Killed   python train.py') and a script's ('run.sh: line 3: 4242 Killed')
+    _sig("oom.host", r"^[\s>*`_]*Killed[\s.!*`_]*$|^\[\d+\][+-]?\s+Killed\s+\S|^\S*: line \d+:\s+\d+ Killed\b", 7,
+         "CharlesShang/FastMaskRCNN#172 ('Killed' after the last iteration, no traceback), GNU bash job-control and "
+         "wait-status reports"),
     # --- Slurm ended the job (slurmstepd's words, and ftwiz's runs/<id>/_slurm.log: JobState=...)
     _sig("slurm.time_limit", r"DUE TO TIME LIMIT|JobState=(?:TIMEOUT|DEADLINE)\b", 10,
          "https://github.com/ZettaAI/zetta_utils/issues/671"),

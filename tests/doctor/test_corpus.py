@@ -30,6 +30,10 @@ def scored():
 #: diagnosed; after the watchdog report was made a timeout again unless a named NCCL error follows (see README: that
 #: change was prompted by the held-out aggregate), read a second time: 139/162 = 85.8 %, 2 wrong, 1 of 93. The last
 #: held-out healthy false alarm is the open work (never by tuning on the held-out set: its misses were not read).
+#: The seventh round (corpus_h: 40 threads, 36 healthy logs that mention disk/saving, harmless nan/inf and NCCL
+#: timeout settings, 13 of them held out; tuned on the tuning set only) measured once: 141/164 = 86.0 %, 2 wrong
+#: (1.2 %), 2 of the 106 held-out healthy logs diagnosed. The bound below is never raised, so this test fails until the
+#: second alarm (one of the new held-out healthy logs) is gone or the bound is reconsidered on purpose.
 HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.85, 0.03, 1
 
 

@@ -106,3 +106,29 @@ def test_the_watchdogs_failed_or_timed_out_report_defers_to_the_error_it_names(t
     # a headless watchdog log (the family: the report without the timeout headline) is still a timeout
     assert _first(tmp_path, [report, "[rank5]:[E207 19:37:09.983555114 ProcessGroupNCCL.cpp:695] [Rank 5] To avoid data "
                              "inconsistency, we are taking the entire process down."]) == "nccl.timeout"
+
+
+def test_an_evaluation_loss_spelt_with_a_space_that_is_nan_is_no_training_loss(tmp_path):
+    # an empty or label-less evaluation set: the validation loss divides by zero tokens while training runs on
+    mlx = ["Epoch 1: Iter 1: Val loss nan, Val took 0.002s",
+           "Iter 10: Train loss 2.987, Learning Rate 2.000e-04, It/sec 0.028",
+           "Epoch 50: Iter 50: Val loss nan, Val took 0.000s"]
+    assert _first(tmp_path, mlx) is None
+    assert _first(tmp_path, ["| epoch 004 | valid on 'valid' subset | valid loss nan | valid ppl inf",
+                             "Validation loss: nan", "eval loss = nan", "Test loss: inf", "dev loss nan"]) is None
+    # the failure still speaks: the training loss itself, spelt the same way, after finite values
+    assert _first(tmp_path, ["Iter 10: Train loss 2.987, Learning Rate 2.000e-04",
+                             "Iter 20: Train loss nan, Learning Rate 2.000e-04"]) == "loss.nan"
+    assert _first(tmp_path, ["Epoch 3 | loss 0.812 | val loss 0.9", "Epoch 4 | loss nan | val loss nan"]) == "loss.nan"
+    assert _first(tmp_path, _tuning_case("JeffWang987-DriveDreamer-23-1")) == "loss.nan"
+
+
+def test_the_shells_killed_report_is_a_sigkill_in_any_of_its_spellings_and_killing_words_are_not(tmp_path):
+    step = "iter 144: image-id:0254212, time:1.722(sec), regular_loss: 0.248765, total-loss 0.5882"
+    for killed in ("Killed", "> Killed", "**Killed**", "[1]+  Killed                  python train.py --cfg a.yaml",
+                   "./run.sh: line 3: 48213 Killed                  python train.py"):
+        assert _first(tmp_path, [step, killed]) == "oom.host", killed
+    assert _first(tmp_path, _tuning_case("CharlesShang-FastMaskRCNN-172-1")) == "oom.host"
+    # words about killing that are no SIGKILL report of this run give no diagnosis
+    assert _first(tmp_path, [step, "Killed 3 stale dataloader workers from the previous epoch", step,
+                             "INFO: the watchdog killed nothing", step]) is None
