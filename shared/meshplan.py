@@ -163,7 +163,10 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
     was not then, or when its share of the pass's typical link moved beyond ``fraction`` of the cached
     share: down, to where the pass itself names it slow (below :data:`SLOW_FRACTION` of its typical link),
     or up where the cache named it slow (it was fixed), or, for a link the cache named slow, its own Gbit/s
-    rose by more than :data:`SLOW_LINK_DRIFT` (a slow link's figure feeds the sync forecast).
+    rose by more than :data:`SLOW_LINK_DRIFT` or fell below ``fraction`` of the cached figure (a slow link's
+    figure feeds the sync forecast). A link the cache named slow is never judged by its share falling: its
+    figure is the link's, while the typical link's moves with the hosts' load (a CI run saw the healthy links
+    of a quick pass 3.3x faster than in the full mesh just before, and a steady 0.05 Gbit/s link disagree).
     """
     typical_now, typical_then = quick.typical_gbit(), cached.typical_gbit()
     found: list[tuple[Link, Link | None]] = []
@@ -178,8 +181,11 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
             found.append((link, then))
             continue
         now_share, then_share = link.gbit_per_s / typical_now, then.gbit_per_s / typical_then
-        slower = now_share < fraction * then_share and now_share < SLOW_FRACTION  # and slow by this pass's own measure
         was_slow = then_share < SLOW_FRACTION
+        if was_slow:  # slow then, bound by its link: its own Gbit/s speaks, not its share of healthy links that vary 3x+
+            slower = link.gbit_per_s < fraction * then.gbit_per_s
+        else:  # became slow: by share, and slow by this pass's own measure
+            slower = now_share < fraction * then_share and now_share < SLOW_FRACTION
         fixed = was_slow and now_share * fraction > then_share
         drifted = was_slow and link.gbit_per_s > SLOW_LINK_DRIFT * then.gbit_per_s
         if slower or fixed or drifted:
