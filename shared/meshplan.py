@@ -161,12 +161,12 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
 
     A link disagrees when the cache lacks it or has no figure for it, when it is unreachable now but
     was not then, or when its share of the pass's typical link moved beyond ``fraction`` of the cached
-    share: down, to where the pass itself names it slow (below :data:`SLOW_FRACTION` of its typical link),
-    or up where the cache named it slow (it was fixed), or, for a link the cache named slow, its own Gbit/s
-    rose by more than :data:`SLOW_LINK_DRIFT` or fell below ``fraction`` of the cached figure (a slow link's
-    figure feeds the sync forecast). A link the cache named slow is never judged by its share falling: its
-    figure is the link's, while the typical link's moves with the hosts' load (a CI run saw the healthy links
-    of a quick pass 3.3x faster than in the full mesh just before, and a steady 0.05 Gbit/s link disagree).
+    share: down, to where the pass itself names it slow (below :data:`SLOW_FRACTION` of its typical link); or,
+    for a link the cache named slow, when its own Gbit/s rose by more than :data:`SLOW_LINK_DRIFT` (fixed, or
+    re-shaped: a slow link's figure feeds the sync forecast) or fell below ``fraction`` of the cached figure.
+    A link the cache named slow is never judged by its share: its figure is the link's, while the typical
+    link's moves with the hosts' load (two CI runs saw a quick pass's healthy links 3.3x faster, then 3.3x
+    slower, than the full mesh just before, and a steady 0.05 Gbit/s link called a disagreement either way).
     """
     typical_now, typical_then = quick.typical_gbit(), cached.typical_gbit()
     found: list[tuple[Link, Link | None]] = []
@@ -181,14 +181,12 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
             found.append((link, then))
             continue
         now_share, then_share = link.gbit_per_s / typical_now, then.gbit_per_s / typical_then
-        was_slow = then_share < SLOW_FRACTION
-        if was_slow:  # slow then, bound by its link: its own Gbit/s speaks, not its share of healthy links that vary 3x+
-            slower = link.gbit_per_s < fraction * then.gbit_per_s
+        if then_share < SLOW_FRACTION:  # slow then, bound by its link: its own Gbit/s speaks (fell, or rose: fixed
+            # or re-shaped), never its share of the healthy links, whose figures move 3x+ with the hosts' load
+            moved = link.gbit_per_s < fraction * then.gbit_per_s or link.gbit_per_s > SLOW_LINK_DRIFT * then.gbit_per_s
         else:  # became slow: by share, and slow by this pass's own measure
-            slower = now_share < fraction * then_share and now_share < SLOW_FRACTION
-        fixed = was_slow and now_share * fraction > then_share
-        drifted = was_slow and link.gbit_per_s > SLOW_LINK_DRIFT * then.gbit_per_s
-        if slower or fixed or drifted:
+            moved = now_share < fraction * then_share and now_share < SLOW_FRACTION
+        if moved:
             found.append((link, then))
     return found
 
