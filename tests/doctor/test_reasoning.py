@@ -220,6 +220,32 @@ def test_an_exception_python_ignored_at_shutdown_is_no_evidence(tmp_path):
     assert [d.cause for d in crashed] == ["code.error"] and "train.py:12" in crashed[0].explanation
 
 
+def test_a_queue_feeder_threads_broken_pipe_is_no_evidence_and_its_other_errors_still_speak(tmp_path):
+    """A multiprocessing queue's feeder thread prints the BrokenPipeError it met when the reading end had gone, and the
+    process goes on (MLOPTPSU/FedTorch#4: 'I still can get a result'). The same thread failing to write a tensor to a
+    full /dev/shm is still the run's failure; a broken pipe outside a feeder thread is still a peer gone."""
+    feeder = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.8/multiprocessing/queues.py", line 245, in _feed',
+        "    send_bytes(obj)",
+        '  File "/usr/lib/python3.8/multiprocessing/connection.py", line 368, in _send',
+        "    n = write(self._handle, buf)",
+    ]
+    step = "Round 12: train loss 0.4131, test accuracy 0.8120"
+    for error in ("BrokenPipeError: [Errno 32] Broken pipe", "ConnectionResetError: [Errno 104] Connection reset by peer"):
+        assert diagnose_files([_write(tmp_path, "fine.log", [*feeder, error, step])]) == [], error
+    shm = diagnose_files([_write(tmp_path, "shm.log", [*feeder[:2], "    obj = _ForkingPickler.dumps(obj)",
+                                                       "RuntimeError: unable to write to file </torch_739_144252761_4>: "
+                                                       "No space left on device (28)"])])
+    assert [d.cause for d in shm][:1] == ["disk.full"]
+    peer = diagnose_files([_write(tmp_path, "peer.log", [
+        "Traceback (most recent call last):",
+        '  File "/work/train.py", line 88, in <module>',
+        "    dist.all_reduce(t)",
+        "BrokenPipeError: [Errno 32] Broken pipe"])])
+    assert [d.cause for d in peer][:1] == ["net.peer_lost"]
+
+
 def _killed_run(tmp_path: Path, **record_extra) -> tuple[Path, dict]:
     run = tmp_path / "run"
     run.mkdir(parents=True)

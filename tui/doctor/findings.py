@@ -10,7 +10,8 @@ they say: a signature in the message speaks; a dataset problem is ``data.invalid
 package ``version.skew``, anything else (a script not found, an unreadable code dir) ``code.error``
 naming the file, with the message's own fix. An ImportError raised inside an availability probe (``_is_triton_available``)
 is no evidence: the probe caught it and the program goes on without the optional module. An exception Python printed and then ignored (``Exception ignored
-in: ...`` from a ``__del__`` or an atexit handler at shutdown) is no evidence: the run went on, or had ended.
+in: ...`` from a ``__del__`` or an atexit handler at shutdown) is no evidence: the run went on, or had ended. Nor is a
+multiprocessing queue feeder thread's broken pipe (its reader had gone; the process goes on).
 A signature with ``needs`` (a library that could not be loaded) counts only when the process then died.
 """
 
@@ -55,6 +56,12 @@ _IPY_CODE_RE = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*-+>")
 #: module and catches the ImportError; xformers logs the caught traceback as a WARNING and the program goes on.
 _PROBE_RE = re.compile(r"^_?(?:is_\w+_available|check_\w+_available)$")
 _IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
+
+#: A multiprocessing queue's feeder thread (``multiprocessing/queues.py``, ``_feed``): it pickles what was put on the
+#: queue and writes it to the pipe. When the reading end has gone (its process exited, or closed the queue) the write
+#: fails with a broken or reset connection; the feeder thread prints that traceback and the putting process goes on.
+_FEEDER_FRAME_RE = re.compile(r"multiprocessing[/\\]queues\.py$")
+_HANGUP_ERRORS = ("BrokenPipeError", "ConnectionResetError", "ConnectionAbortedError")
 
 
 @dataclass
@@ -155,9 +162,10 @@ def ignored_exception_lines(lines: Sequence[ReadLine]) -> set[int]:
     ``Exception ignored in: <function X.__del__ ...>`` (or ``Error in atexit._run_exitfuncs:``), then the traceback
     that follows it on the same stream (frames, indented code lines) and its exception line. The exception did not
     stop the program: a destructor or an exit handler failing at interpreter shutdown, after the work was done.
-    So is the traceback of an ImportError raised inside an availability probe (:func:`_probed_imports`).
+    So is the traceback of an ImportError raised inside an availability probe (:func:`_probed_imports`), and a queue
+    feeder thread's report that the reading end hung up (:func:`_feeder_hangups`).
     """
-    out = _probed_imports(lines)
+    out = _probed_imports(lines) | _feeder_hangups(lines)
     state: dict[tuple[str, int | None], str] = {}  # per stream: "header" after the words, "traceback" inside one
     for line in lines:
         stream = (line.file, line.rank)
@@ -210,6 +218,37 @@ def _probed_imports(lines: Sequence[ReadLine]) -> set[int]:
         del open_tb[stream]
         exc = _EXC_RE.match(text.strip())
         if probed and exc and exc.group("type").rsplit(".", 1)[-1] in _IMPORT_ERRORS:
+            out.update([*orders, line.order])
+    return out
+
+
+def _feeder_hangups(lines: Sequence[ReadLine]) -> set[int]:
+    """The ``order`` of every line of a traceback a multiprocessing queue's feeder thread printed when the reading end
+    of its pipe had hung up (BrokenPipeError, ConnectionResetError).
+
+    The feeder thread (``queues.py``, ``_feed``) catches that error, prints the traceback and the process goes on
+    (MLOPTPSU/FedTorch#4: the run still produced its result). Whatever made the reader go is its own evidence. Any
+    other error of the feeder thread (a full /dev/shm: 'unable to write to file </torch_...>') still speaks.
+    """
+    out: set[int] = set()
+    open_tb: dict[tuple[str, int | None], tuple[list[int], bool]] = {}  # per stream: its lines so far, a feeder frame seen
+    for line in lines:
+        stream = (line.file, line.rank)
+        text = line.text
+        if text.startswith("Traceback (most recent call last):"):
+            open_tb[stream] = ([line.order], False)
+            continue
+        if stream not in open_tb:
+            continue
+        orders, fed = open_tb[stream]
+        frame = _FRAME_RE.match(text)
+        if frame or text.startswith((" ", "\t")) or not text.strip() or text.lstrip().startswith(("^", "~")):
+            feeder = frame is not None and (frame.group("func") or "").strip() == "_feed" and bool(_FEEDER_FRAME_RE.search(frame.group("file")))
+            open_tb[stream] = ([*orders, line.order], fed or feeder)
+            continue
+        del open_tb[stream]
+        exc = _EXC_RE.match(text.strip())
+        if fed and exc and exc.group("type").rsplit(".", 1)[-1] in _HANGUP_ERRORS:
             out.update([*orders, line.order])
     return out
 
