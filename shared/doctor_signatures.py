@@ -265,6 +265,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("version.skew", r"Could not load (?:dynamic )?library|cannot open shared object file|Cannot dlopen", 7,
          "ClickHouse/ClickHouse#49813, yekaizhou/duet#9, deepspeedai/DeepSpeed#1018 (W-level dso_loader lines in runs that "
          "worked); the brief of round 3 (a missing library is the cause when the run then dies of it)", needs=_PROCESS_DIED),
+    # an extension builder refusing a CUDA toolkit whose major version differs from torch's build (DeepSpeed's op builder,
+    # torch.utils.cpp_extension): the run or the install stops. DeepSpeed accepts a minor-version difference ('but since
+    # the APIs are compatible, accepting this combination') and DS_SKIP_CUDA_CHECK ('Allowing this combination'): no
+    # evidence, the pattern asks for the refusal itself
+    _sig("version.skew", r"does not match the version torch was compiled with [\d.]+, unable to compile|CUDAMismatchException|"
+         r"The detected CUDA version \([\d.]+\) mismatches the version that was used to compile", 9,
+         "deepspeedai/DeepSpeed#3223, JIA-Lab-research/MGM#91, bytedance/lightseq#158 (op builders); deepspeedai/DeepSpeed#3436 "
+         "(torch.utils.cpp_extension's check); deepspeedai/DeepSpeed#3105 (the accepted minor-version difference)"),
     # cuDNN missing, too old for the build or the driver (TensorFlow's and JAX's words)
     _sig("version.skew", r"Possibly insufficient driver version|DNN library is not found|"
          r"Loaded runtime CuDNN library: \S+ but source was compiled with", 8,

@@ -246,6 +246,28 @@ def test_a_queue_feeder_threads_broken_pipe_is_no_evidence_and_its_other_errors_
     assert [d.cause for d in peer][:1] == ["net.peer_lost"]
 
 
+def test_a_cuda_toolkit_accepted_by_the_op_builder_is_no_evidence_and_a_refused_one_is_version_skew(tmp_path):
+    """DeepSpeed's op builder accepts a minor-version difference between the system CUDA and torch's and goes on
+    (deepspeedai/DeepSpeed#3105); a major-version difference it refuses, and so does torch's cpp_extension check."""
+    accepted = [
+        "Installed CUDA version 11.1 does not match the version torch was compiled with 11.7 but since the APIs are "
+        "compatible, accepting this combination",
+        "[WARNING]  DeepSpeed Op Builder: Installed CUDA version 12.1 does not match the version torch was compiled with "
+        "11.8.Detected `DS_SKIP_CUDA_CHECK=1`: Allowing this combination of CUDA, but it may result in unexpected behavior.",
+        "Using /root/.cache/torch_extensions/py39_cu118 as PyTorch extensions root...",
+        "{'loss': 1.9411, 'learning_rate': 2e-05, 'epoch': 0.01}",
+    ]
+    assert diagnose_files([_write(tmp_path, "fine.log", accepted)]) == []
+    for refused in ("Exception: >- DeepSpeed Op Builder: Installed CUDA version 12.1 does not match the version torch was "
+                    "compiled with 11.8, unable to compile cuda/cpp extensions without a matching cuda version.",
+                    "deepspeed.ops.op_builder.builder.CUDAMismatchException: >- DeepSpeed Op Builder: Installed CUDA version "
+                    "12.2 does not match the version torch was compiled with 11.7, unable to compile cuda/cpp extensions "
+                    "without a matching cuda version.",
+                    "  The detected CUDA version (12.1) mismatches the version that was used to compile"):
+        found = diagnose_files([_write(tmp_path, "refused.log", [*accepted[2:3], refused])])
+        assert [d.cause for d in found][:1] == ["version.skew"], refused
+
+
 def _killed_run(tmp_path: Path, **record_extra) -> tuple[Path, dict]:
     run = tmp_path / "run"
     run.mkdir(parents=True)
