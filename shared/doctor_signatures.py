@@ -304,6 +304,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Invalid (?:user )?token|Invalid credentials in Authorization header|"
          r"huggingface\.co.*(?:Max retries exceeded|NameResolutionError|ConnectTimeout|ReadTimeout)", 9,
          "https://github.com/ml-explore/mlx-examples/issues/759; chflame163/ComfyUI_LayerStyle_Advance#110 (repo id validation)"),
+    # the Hub answering a request with a server error (5xx) that the client raised, after its own retries: the model or
+    # tokenizer could not be fetched. A retried request only warns ('HTTP Error 503 thrown while requesting ... Retrying
+    # in 1s'), which this does not match
+    _sig("hub.access", r"HfHubHTTPError: 5\d\d Server Error|5\d\d Server Error: .*for url: https?://(?:[\w-]+\.)*(?:huggingface|hf)\.co\b", 9,
+         "marin-community/marin#2514 (504 Gateway Time-out while loading a tokenizer; fixed by retrying)"),
     # --- loss
     # a logged loss or grad norm that is nan/inf (a training loss: ``total_loss``, ``lm loss``; never ``eval_loss`` or a
     # perplexity). In the first logged steps, before any finite value, it is the fp16 loss scale settling (a skipped step

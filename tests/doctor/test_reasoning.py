@@ -268,6 +268,26 @@ def test_a_cuda_toolkit_accepted_by_the_op_builder_is_no_evidence_and_a_refused_
         assert [d.cause for d in found][:1] == ["version.skew"], refused
 
 
+def test_a_hub_server_error_the_client_raised_is_hub_access_and_a_retried_one_is_not(tmp_path):
+    """huggingface_hub retries a 5xx and a read timeout with a WARNING and goes on when a retry succeeds
+    (huggingface/datasets#7440: the Trainer logs eval_loss after them); the HfHubHTTPError it raises once it gives up
+    is the run failing to fetch the model (marin-community/marin#2514)."""
+    retried = [
+        "[2025-03-10 18:07:37 WARNING] HTTP Error 503 thrown while requesting HEAD "
+        "https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json",
+        "[2025-03-10 18:07:37 WARNING] Retrying in 1s [Retry 1/5].",
+        "{'eval_loss': 5.276012420654297, 'epoch': 0.09}",
+    ]
+    assert diagnose_files([_write(tmp_path, "fine.log", retried)]) == []
+    raised = diagnose_files([_write(tmp_path, "failed.log", [
+        "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):",
+        '  File "/venv/lib/python3.11/site-packages/huggingface_hub/utils/_http.py", line 475, in hf_raise_for_status',
+        "    raise _format(HfHubHTTPError, str(e), response) from e",
+        "huggingface_hub.errors.HfHubHTTPError: 504 Server Error: Gateway Time-out for url: "
+        "https://huggingface.co/api/models/stanford-crfm/marin-tokenizer"])])
+    assert [d.cause for d in raised][:1] == ["hub.access"]
+
+
 def _killed_run(tmp_path: Path, **record_extra) -> tuple[Path, dict]:
     run = tmp_path / "run"
     run.mkdir(parents=True)
