@@ -288,6 +288,26 @@ def test_a_hub_server_error_the_client_raised_is_hub_access_and_a_retried_one_is
     assert [d.cause for d in raised][:1] == ["hub.access"]
 
 
+def test_an_exception_raised_inside_a_data_file_reader_is_data_invalid_and_one_in_the_training_code_is_code_error(tmp_path):
+    """A KeyError or ValueError raised by the function that reads the records of a jsonl/csv file (xturing's
+    ``from_jsonl``, the datasets json builder's ``_generate_tables``) is the data not being what the loader needs; the
+    same exception raised in the training code itself is still code.error, naming its file and line."""
+    reader = diagnose_files([_write(tmp_path, "data.log", [
+        "Traceback (most recent call last):",
+        '  File "/content/main.py", line 8, in <module>',
+        "    dataset = InstructionDataset('./dataset/tasks.jsonl')",
+        '  File "/usr/local/lib/python3.10/dist-packages/xturing/datasets/instruction_dataset.py", line 89, in from_jsonl',
+        '    data["text"].append(json_line["text"])',
+        "KeyError: 'text'"])])
+    assert [d.cause for d in reader][:1] == ["data.invalid"] and "from_jsonl" in reader[0].explanation
+    code = diagnose_files([_write(tmp_path, "code.log", [
+        "Traceback (most recent call last):",
+        '  File "/content/main.py", line 8, in <module>',
+        '    batch = collate(records["text"])',
+        "KeyError: 'text'"])])
+    assert [d.cause for d in code] == ["code.error"] and "main.py:8" in code[0].explanation
+
+
 def _killed_run(tmp_path: Path, **record_extra) -> tuple[Path, dict]:
     run = tmp_path / "run"
     run.mkdir(parents=True)

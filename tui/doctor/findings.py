@@ -1,8 +1,9 @@
 """From lines to findings: the signature table applied to every line, Python tracebacks read whole.
 
 A traceback is one finding at its exception line: when that line matches a signature (a CUDA OOM, a
-full disk, a reset connection) the signature speaks; otherwise it is ``code.error`` naming the
-innermost frame of the user's own code (not site-packages) and the exception. torchrun's
+full disk, a reset connection) the signature speaks; when it was raised inside a function that reads a data
+file (``from_jsonl``, ``read_csv``, the datasets builders' ``_generate_tables``) it is ``data.invalid``; otherwise
+it is ``code.error`` naming the innermost frame of the user's own code (not site-packages) and the exception. torchrun's
 "failed (exitcode: -9) ... (pid: P)" line is a SIGKILL of a worker: ``oom.host`` until the record and
 the kernel say more. ftwiz's own node-side error lines (the protocol's ``{"ftwiz": "error", ...}`` and
 ``ftwiz: error (rank N): ...``, written by the workloads and the user-code runner) are read for what
@@ -56,6 +57,12 @@ _IPY_CODE_RE = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*-+>")
 #: module and catches the ImportError; xformers logs the caught traceback as a WARNING and the program goes on.
 _PROBE_RE = re.compile(r"^_?(?:is_\w+_available|check_\w+_available)$")
 _IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
+
+#: A function that reads records from a data file: ``from_jsonl``, ``read_csv``, ``load_json``, ``parse_tsv`` and the HF
+#: datasets json/csv/parquet builders' ``_generate_tables``. An exception raised inside it (a missing key, a value it
+#: cannot parse) is the data not being what the loader needs, not a bug of the training code.
+_DATA_READER_RE = re.compile(r"^_?(?:(?:from|read|load|parse)_?(?:jsonl?|csv|tsv|parquet)s?(?:_file)?|_generate_tables)$")
+_NOT_DATA_ERRORS = ("MemoryError", "KeyboardInterrupt", "SystemExit", "ImportError", "ModuleNotFoundError")
 
 #: A multiprocessing queue's feeder thread (``multiprocessing/queues.py``, ``_feed``): it pickles what was put on the
 #: queue and writes it to the pipe. When the reading end has gone (its process exited, or closed the queue) the write
@@ -285,9 +292,15 @@ def _from_traceback(tb: _Traceback, exc_line: ReadLine, exc_type: str, message: 
         return None
     if not tb.frames:
         return None
+    short = exc_type.rsplit(".", 1)[-1]
+    reader_line, reader_file, reader_number, reader = tb.frames[-1]
+    if _DATA_READER_RE.match(reader) and short not in _NOT_DATA_ERRORS:
+        # raised inside the function that reads a data file: the records are not what the loader needs
+        detail = f"{short}: {message}".rstrip(": ") + f" while reading data in {reader} ({reader_file}:{reader_number})"
+        return Finding("data.invalid", 8, False, exc_line, extra=[reader_line], detail=detail,
+                       source="Python traceback raised in a data-file reader (stochasticai/xTuring#261)")
     own = [f for f in tb.frames if not any(marker in f[1] for marker in _LIBRARY)]
     frame_line, file, number, func = (own or tb.frames)[-1]
-    short = exc_type.rsplit(".", 1)[-1]
     where = f"{file}:{number}" + (f" in {func}" if func else "")
     detail = f"{short}: {message}".rstrip(": ") + f" at {where}"
     return Finding("code.error", 7, False, exc_line, extra=[frame_line], detail=detail,
