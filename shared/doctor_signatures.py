@@ -265,6 +265,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("version.skew", r"Could not load (?:dynamic )?library|cannot open shared object file|Cannot dlopen", 7,
          "ClickHouse/ClickHouse#49813, yekaizhou/duet#9, deepspeedai/DeepSpeed#1018 (W-level dso_loader lines in runs that "
          "worked); the brief of round 3 (a missing library is the cause when the run then dies of it)", needs=_PROCESS_DIED),
+    # an extension builder refusing a CUDA toolkit whose major version differs from torch's build (DeepSpeed's op builder,
+    # torch.utils.cpp_extension): the run or the install stops. DeepSpeed accepts a minor-version difference ('but since
+    # the APIs are compatible, accepting this combination') and DS_SKIP_CUDA_CHECK ('Allowing this combination'): no
+    # evidence, the pattern asks for the refusal itself
+    _sig("version.skew", r"does not match the version torch was compiled with [\d.]+, unable to compile|CUDAMismatchException|"
+         r"The detected CUDA version \([\d.]+\) mismatches the version that was used to compile", 9,
+         "deepspeedai/DeepSpeed#3223, JIA-Lab-research/MGM#91, bytedance/lightseq#158 (op builders); deepspeedai/DeepSpeed#3436 "
+         "(torch.utils.cpp_extension's check); deepspeedai/DeepSpeed#3105 (the accepted minor-version difference)"),
     # cuDNN missing, too old for the build or the driver (TensorFlow's and JAX's words)
     _sig("version.skew", r"Possibly insufficient driver version|DNN library is not found|"
          r"Loaded runtime CuDNN library: \S+ but source was compiled with", 8,
@@ -296,6 +304,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Invalid (?:user )?token|Invalid credentials in Authorization header|"
          r"huggingface\.co.*(?:Max retries exceeded|NameResolutionError|ConnectTimeout|ReadTimeout)", 9,
          "https://github.com/ml-explore/mlx-examples/issues/759; chflame163/ComfyUI_LayerStyle_Advance#110 (repo id validation)"),
+    # the Hub answering a request with a server error (5xx) that the client raised, after its own retries: the model or
+    # tokenizer could not be fetched. A retried request only warns ('HTTP Error 503 thrown while requesting ... Retrying
+    # in 1s'), which this does not match
+    _sig("hub.access", r"HfHubHTTPError: 5\d\d Server Error|5\d\d Server Error: .*for url: https?://(?:[\w-]+\.)*(?:huggingface|hf)\.co\b", 9,
+         "marin-community/marin#2514 (504 Gateway Time-out while loading a tokenizer; fixed by retrying)"),
     # --- loss
     # a logged loss or grad norm that is nan/inf (a training loss: ``total_loss``, ``lm loss``; never ``eval_loss`` or a
     # perplexity). In the first logged steps, before any finite value, it is the fp16 loss scale settling (a skipped step

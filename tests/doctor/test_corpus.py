@@ -35,7 +35,10 @@ def scored():
 #: (1.2 %), 2 of the 106 held-out healthy logs diagnosed: the old alarm, and one of the 13 new held-out healthy logs
 #: (the code did not get worse on the old cases; the larger held-out set found one more). The bound was reconsidered
 #: on purpose and set to what was measured, 2: it guards against regressions, and the issue's 0 stays open work,
-#: never to be met by tuning on the held-out set.
+#: never to be met by tuning on the held-out set. The eighth round (corpus_i: 63 threads, 41 healthy, all on the tuning
+#: side, so the held-out set is unchanged; four family rules tuned on the tuning set only) measured once after its last
+#: change: 141/164 = 86.0 %, 2 wrong (1.2 %), 2 of 106 held-out healthy logs diagnosed, the same as round 7. The bound
+#: stays at 2 (the condition for lowering it to 0 was not met).
 HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.85, 0.03, 2
 
 

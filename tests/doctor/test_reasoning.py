@@ -220,6 +220,94 @@ def test_an_exception_python_ignored_at_shutdown_is_no_evidence(tmp_path):
     assert [d.cause for d in crashed] == ["code.error"] and "train.py:12" in crashed[0].explanation
 
 
+def test_a_queue_feeder_threads_broken_pipe_is_no_evidence_and_its_other_errors_still_speak(tmp_path):
+    """A multiprocessing queue's feeder thread prints the BrokenPipeError it met when the reading end had gone, and the
+    process goes on (MLOPTPSU/FedTorch#4: 'I still can get a result'). The same thread failing to write a tensor to a
+    full /dev/shm is still the run's failure; a broken pipe outside a feeder thread is still a peer gone."""
+    feeder = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.8/multiprocessing/queues.py", line 245, in _feed',
+        "    send_bytes(obj)",
+        '  File "/usr/lib/python3.8/multiprocessing/connection.py", line 368, in _send',
+        "    n = write(self._handle, buf)",
+    ]
+    step = "Round 12: train loss 0.4131, test accuracy 0.8120"
+    for error in ("BrokenPipeError: [Errno 32] Broken pipe", "ConnectionResetError: [Errno 104] Connection reset by peer"):
+        assert diagnose_files([_write(tmp_path, "fine.log", [*feeder, error, step])]) == [], error
+    shm = diagnose_files([_write(tmp_path, "shm.log", [*feeder[:2], "    obj = _ForkingPickler.dumps(obj)",
+                                                       "RuntimeError: unable to write to file </torch_739_144252761_4>: "
+                                                       "No space left on device (28)"])])
+    assert [d.cause for d in shm][:1] == ["disk.full"]
+    peer = diagnose_files([_write(tmp_path, "peer.log", [
+        "Traceback (most recent call last):",
+        '  File "/work/train.py", line 88, in <module>',
+        "    dist.all_reduce(t)",
+        "BrokenPipeError: [Errno 32] Broken pipe"])])
+    assert [d.cause for d in peer][:1] == ["net.peer_lost"]
+
+
+def test_a_cuda_toolkit_accepted_by_the_op_builder_is_no_evidence_and_a_refused_one_is_version_skew(tmp_path):
+    """DeepSpeed's op builder accepts a minor-version difference between the system CUDA and torch's and goes on
+    (deepspeedai/DeepSpeed#3105); a major-version difference it refuses, and so does torch's cpp_extension check."""
+    accepted = [
+        "Installed CUDA version 11.1 does not match the version torch was compiled with 11.7 but since the APIs are "
+        "compatible, accepting this combination",
+        "[WARNING]  DeepSpeed Op Builder: Installed CUDA version 12.1 does not match the version torch was compiled with "
+        "11.8.Detected `DS_SKIP_CUDA_CHECK=1`: Allowing this combination of CUDA, but it may result in unexpected behavior.",
+        "Using /root/.cache/torch_extensions/py39_cu118 as PyTorch extensions root...",
+        "{'loss': 1.9411, 'learning_rate': 2e-05, 'epoch': 0.01}",
+    ]
+    assert diagnose_files([_write(tmp_path, "fine.log", accepted)]) == []
+    for refused in ("Exception: >- DeepSpeed Op Builder: Installed CUDA version 12.1 does not match the version torch was "
+                    "compiled with 11.8, unable to compile cuda/cpp extensions without a matching cuda version.",
+                    "deepspeed.ops.op_builder.builder.CUDAMismatchException: >- DeepSpeed Op Builder: Installed CUDA version "
+                    "12.2 does not match the version torch was compiled with 11.7, unable to compile cuda/cpp extensions "
+                    "without a matching cuda version.",
+                    "  The detected CUDA version (12.1) mismatches the version that was used to compile"):
+        found = diagnose_files([_write(tmp_path, "refused.log", [*accepted[2:3], refused])])
+        assert [d.cause for d in found][:1] == ["version.skew"], refused
+
+
+def test_a_hub_server_error_the_client_raised_is_hub_access_and_a_retried_one_is_not(tmp_path):
+    """huggingface_hub retries a 5xx and a read timeout with a WARNING and goes on when a retry succeeds
+    (huggingface/datasets#7440: the Trainer logs eval_loss after them); the HfHubHTTPError it raises once it gives up
+    is the run failing to fetch the model (marin-community/marin#2514)."""
+    retried = [
+        "[2025-03-10 18:07:37 WARNING] HTTP Error 503 thrown while requesting HEAD "
+        "https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json",
+        "[2025-03-10 18:07:37 WARNING] Retrying in 1s [Retry 1/5].",
+        "{'eval_loss': 5.276012420654297, 'epoch': 0.09}",
+    ]
+    assert diagnose_files([_write(tmp_path, "fine.log", retried)]) == []
+    raised = diagnose_files([_write(tmp_path, "failed.log", [
+        "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):",
+        '  File "/venv/lib/python3.11/site-packages/huggingface_hub/utils/_http.py", line 475, in hf_raise_for_status',
+        "    raise _format(HfHubHTTPError, str(e), response) from e",
+        "huggingface_hub.errors.HfHubHTTPError: 504 Server Error: Gateway Time-out for url: "
+        "https://huggingface.co/api/models/stanford-crfm/marin-tokenizer"])])
+    assert [d.cause for d in raised][:1] == ["hub.access"]
+
+
+def test_an_exception_raised_inside_a_data_file_reader_is_data_invalid_and_one_in_the_training_code_is_code_error(tmp_path):
+    """A KeyError or ValueError raised by the function that reads the records of a jsonl/csv file (xturing's
+    ``from_jsonl``, the datasets json builder's ``_generate_tables``) is the data not being what the loader needs; the
+    same exception raised in the training code itself is still code.error, naming its file and line."""
+    reader = diagnose_files([_write(tmp_path, "data.log", [
+        "Traceback (most recent call last):",
+        '  File "/content/main.py", line 8, in <module>',
+        "    dataset = InstructionDataset('./dataset/tasks.jsonl')",
+        '  File "/usr/local/lib/python3.10/dist-packages/xturing/datasets/instruction_dataset.py", line 89, in from_jsonl',
+        '    data["text"].append(json_line["text"])',
+        "KeyError: 'text'"])])
+    assert [d.cause for d in reader][:1] == ["data.invalid"] and "from_jsonl" in reader[0].explanation
+    code = diagnose_files([_write(tmp_path, "code.log", [
+        "Traceback (most recent call last):",
+        '  File "/content/main.py", line 8, in <module>',
+        '    batch = collate(records["text"])',
+        "KeyError: 'text'"])])
+    assert [d.cause for d in code] == ["code.error"] and "main.py:8" in code[0].explanation
+
+
 def _killed_run(tmp_path: Path, **record_extra) -> tuple[Path, dict]:
     run = tmp_path / "run"
     run.mkdir(parents=True)

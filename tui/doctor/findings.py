@@ -1,8 +1,9 @@
 """From lines to findings: the signature table applied to every line, Python tracebacks read whole.
 
 A traceback is one finding at its exception line: when that line matches a signature (a CUDA OOM, a
-full disk, a reset connection) the signature speaks; otherwise it is ``code.error`` naming the
-innermost frame of the user's own code (not site-packages) and the exception. torchrun's
+full disk, a reset connection) the signature speaks; when it was raised inside a function that reads a data
+file (``from_jsonl``, ``read_csv``, the datasets builders' ``_generate_tables``) it is ``data.invalid``; otherwise
+it is ``code.error`` naming the innermost frame of the user's own code (not site-packages) and the exception. torchrun's
 "failed (exitcode: -9) ... (pid: P)" line is a SIGKILL of a worker: ``oom.host`` until the record and
 the kernel say more. ftwiz's own node-side error lines (the protocol's ``{"ftwiz": "error", ...}`` and
 ``ftwiz: error (rank N): ...``, written by the workloads and the user-code runner) are read for what
@@ -10,7 +11,8 @@ they say: a signature in the message speaks; a dataset problem is ``data.invalid
 package ``version.skew``, anything else (a script not found, an unreadable code dir) ``code.error``
 naming the file, with the message's own fix. An ImportError raised inside an availability probe (``_is_triton_available``)
 is no evidence: the probe caught it and the program goes on without the optional module. An exception Python printed and then ignored (``Exception ignored
-in: ...`` from a ``__del__`` or an atexit handler at shutdown) is no evidence: the run went on, or had ended.
+in: ...`` from a ``__del__`` or an atexit handler at shutdown) is no evidence: the run went on, or had ended. Nor is a
+multiprocessing queue feeder thread's broken pipe (its reader had gone; the process goes on).
 A signature with ``needs`` (a library that could not be loaded) counts only when the process then died.
 """
 
@@ -55,6 +57,18 @@ _IPY_CODE_RE = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*-+>")
 #: module and catches the ImportError; xformers logs the caught traceback as a WARNING and the program goes on.
 _PROBE_RE = re.compile(r"^_?(?:is_\w+_available|check_\w+_available)$")
 _IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
+
+#: A function that reads records from a data file: ``from_jsonl``, ``read_csv``, ``load_json``, ``parse_tsv`` and the HF
+#: datasets json/csv/parquet builders' ``_generate_tables``. An exception raised inside it (a missing key, a value it
+#: cannot parse) is the data not being what the loader needs, not a bug of the training code.
+_DATA_READER_RE = re.compile(r"^_?(?:(?:from|read|load|parse)_?(?:jsonl?|csv|tsv|parquet)s?(?:_file)?|_generate_tables)$")
+_NOT_DATA_ERRORS = ("MemoryError", "KeyboardInterrupt", "SystemExit", "ImportError", "ModuleNotFoundError")
+
+#: A multiprocessing queue's feeder thread (``multiprocessing/queues.py``, ``_feed``): it pickles what was put on the
+#: queue and writes it to the pipe. When the reading end has gone (its process exited, or closed the queue) the write
+#: fails with a broken or reset connection; the feeder thread prints that traceback and the putting process goes on.
+_FEEDER_FRAME_RE = re.compile(r"multiprocessing[/\\]queues\.py$")
+_HANGUP_ERRORS = ("BrokenPipeError", "ConnectionResetError", "ConnectionAbortedError")
 
 
 @dataclass
@@ -155,9 +169,10 @@ def ignored_exception_lines(lines: Sequence[ReadLine]) -> set[int]:
     ``Exception ignored in: <function X.__del__ ...>`` (or ``Error in atexit._run_exitfuncs:``), then the traceback
     that follows it on the same stream (frames, indented code lines) and its exception line. The exception did not
     stop the program: a destructor or an exit handler failing at interpreter shutdown, after the work was done.
-    So is the traceback of an ImportError raised inside an availability probe (:func:`_probed_imports`).
+    So is the traceback of an ImportError raised inside an availability probe (:func:`_probed_imports`), and a queue
+    feeder thread's report that the reading end hung up (:func:`_feeder_hangups`).
     """
-    out = _probed_imports(lines)
+    out = _probed_imports(lines) | _feeder_hangups(lines)
     state: dict[tuple[str, int | None], str] = {}  # per stream: "header" after the words, "traceback" inside one
     for line in lines:
         stream = (line.file, line.rank)
@@ -214,6 +229,37 @@ def _probed_imports(lines: Sequence[ReadLine]) -> set[int]:
     return out
 
 
+def _feeder_hangups(lines: Sequence[ReadLine]) -> set[int]:
+    """The ``order`` of every line of a traceback a multiprocessing queue's feeder thread printed when the reading end
+    of its pipe had hung up (BrokenPipeError, ConnectionResetError).
+
+    The feeder thread (``queues.py``, ``_feed``) catches that error, prints the traceback and the process goes on
+    (MLOPTPSU/FedTorch#4: the run still produced its result). Whatever made the reader go is its own evidence. Any
+    other error of the feeder thread (a full /dev/shm: 'unable to write to file </torch_...>') still speaks.
+    """
+    out: set[int] = set()
+    open_tb: dict[tuple[str, int | None], tuple[list[int], bool]] = {}  # per stream: its lines so far, a feeder frame seen
+    for line in lines:
+        stream = (line.file, line.rank)
+        text = line.text
+        if text.startswith("Traceback (most recent call last):"):
+            open_tb[stream] = ([line.order], False)
+            continue
+        if stream not in open_tb:
+            continue
+        orders, fed = open_tb[stream]
+        frame = _FRAME_RE.match(text)
+        if frame or text.startswith((" ", "\t")) or not text.strip() or text.lstrip().startswith(("^", "~")):
+            feeder = frame is not None and (frame.group("func") or "").strip() == "_feed" and bool(_FEEDER_FRAME_RE.search(frame.group("file")))
+            open_tb[stream] = ([*orders, line.order], fed or feeder)
+            continue
+        del open_tb[stream]
+        exc = _EXC_RE.match(text.strip())
+        if fed and exc and exc.group("type").rsplit(".", 1)[-1] in _HANGUP_ERRORS:
+            out.update([*orders, line.order])
+    return out
+
+
 def _ftwiz_error(line: ReadLine) -> Finding | None:
     """The finding of one of ftwiz's own error lines, or None (not one, or one an ordinary signature should read)."""
     text = line.text
@@ -246,9 +292,15 @@ def _from_traceback(tb: _Traceback, exc_line: ReadLine, exc_type: str, message: 
         return None
     if not tb.frames:
         return None
+    short = exc_type.rsplit(".", 1)[-1]
+    reader_line, reader_file, reader_number, reader = tb.frames[-1]
+    if _DATA_READER_RE.match(reader) and short not in _NOT_DATA_ERRORS:
+        # raised inside the function that reads a data file: the records are not what the loader needs
+        detail = f"{short}: {message}".rstrip(": ") + f" while reading data in {reader} ({reader_file}:{reader_number})"
+        return Finding("data.invalid", 8, False, exc_line, extra=[reader_line], detail=detail,
+                       source="Python traceback raised in a data-file reader (stochasticai/xTuring#261)")
     own = [f for f in tb.frames if not any(marker in f[1] for marker in _LIBRARY)]
     frame_line, file, number, func = (own or tb.frames)[-1]
-    short = exc_type.rsplit(".", 1)[-1]
     where = f"{file}:{number}" + (f" in {func}" if func else "")
     detail = f"{short}: {message}".rstrip(": ") + f" at {where}"
     return Finding("code.error", 7, False, exc_line, extra=[frame_line], detail=detail,
