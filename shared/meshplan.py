@@ -59,8 +59,13 @@ SLOW_LINK_DRIFT = 1.5
 A slow link is bound by the link (a shaped or a poor one), not by the hosts' load, so its figure is steady
 between passes where healthy links vary up to 3x: a node re-shaped from 25 to 75 Mbit/s is still slow by
 share, but the sync forecast built on the cached figure would be 3x wrong (tests/checks/test_mesh_cluster.py).
-Upward only: the quick pass's 0.5 s streams read a shaped link low (50 Mbit/s read 0.03 against the full
-mesh's 0.05), and a link slower than cached is already caught by its share."""
+Downward, the quick pass's 0.5 s streams read a shaped link low (50 Mbit/s read 0.03, and on a busy CI host
+0.01, against the full mesh's 0.05): only a fall past :data:`SLOW_LINK_FALL` is a disagreement."""
+
+SLOW_LINK_FALL = 0.1
+"""A link the cached matrix named slow disagrees when its own Gbit/s fell below this fraction of the cached
+figure: an order of magnitude, beyond the 5x that a short stream over a shaped link read low (above); a link
+that stayed slow is named slow by the quick pass either way."""
 
 
 class Link(BaseModel):
@@ -163,7 +168,8 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
     was not then, or when its share of the pass's typical link moved beyond ``fraction`` of the cached
     share: down, to where the pass itself names it slow (below :data:`SLOW_FRACTION` of its typical link); or,
     for a link the cache named slow, when its own Gbit/s rose by more than :data:`SLOW_LINK_DRIFT` (fixed, or
-    re-shaped: a slow link's figure feeds the sync forecast) or fell below ``fraction`` of the cached figure.
+    re-shaped: a slow link's figure feeds the sync forecast) or fell below :data:`SLOW_LINK_FALL` of the cached
+    figure.
     A link the cache named slow is never judged by its share: its figure is the link's, while the typical
     link's moves with the hosts' load (two CI runs saw a quick pass's healthy links 3.3x faster, then 3.3x
     slower, than the full mesh just before, and a steady 0.05 Gbit/s link called a disagreement either way).
@@ -183,7 +189,7 @@ def disagreements(quick: MeshMatrix, cached: MeshMatrix, fraction: float = DISAG
         now_share, then_share = link.gbit_per_s / typical_now, then.gbit_per_s / typical_then
         if then_share < SLOW_FRACTION:  # slow then, bound by its link: its own Gbit/s speaks (fell, or rose: fixed
             # or re-shaped), never its share of the healthy links, whose figures move 3x+ with the hosts' load
-            moved = link.gbit_per_s < fraction * then.gbit_per_s or link.gbit_per_s > SLOW_LINK_DRIFT * then.gbit_per_s
+            moved = link.gbit_per_s < SLOW_LINK_FALL * then.gbit_per_s or link.gbit_per_s > SLOW_LINK_DRIFT * then.gbit_per_s
         else:  # became slow: by share, and slow by this pass's own measure
             moved = now_share < fraction * then_share and now_share < SLOW_FRACTION
         if moved:

@@ -15,9 +15,10 @@ Pure: the controller folds each rank's per-step timings (the built-in recipes pu
    the time each waited for the slowest peer's compute), when a step with that sync is at least
    :data:`THRESHOLD` times a step with the other nodes' median sync: a slow link slows its own node's
    collective.
-3. **network, from the pre-launch mesh**: otherwise, when the sync takes longer than the compute (the
-   network sets the pace) and the checklist's mesh named one node's own link as slow, that node; the
-   slowdown is then the step time over the compute time (what the link costs every step).
+3. **network, from the pre-launch mesh**: otherwise, when the checklist's mesh named one node's own link as
+   slow and the sync makes every step at least :data:`THRESHOLD` times the compute (every rank waits
+   equally long in a ring, so only the mesh can say whose link it is), that node; the slowdown is then the
+   step time over the compute time (what the link costs every step).
 
 ``None`` when nobody is :data:`THRESHOLD` times slower than the others (or fewer than two ranks report).
 
@@ -170,11 +171,11 @@ def _slow_link(ranks: Sequence[RankTiming], node: Optional[str], threshold: floa
     if not on_node or not syncs or not computes:
         return None
     sync, compute = statistics.median(syncs), statistics.median(computes)
-    if sync <= compute or compute <= 0:
-        return None  # the network does not set the pace
+    if compute <= 0:
+        return None
     ratio = (compute + sync) / compute
     if ratio < threshold:
-        return None
+        return None  # the link costs less than the threshold asks of any straggler
     return Straggler(node, min(r.rank for r in on_node), round(ratio, 2), "network")
 
 

@@ -31,6 +31,8 @@ CASES = [
      _ranks((0, "a", 0.1, 0.6), (1, "b", 0.1, 0.6), (2, "c", 0.35, 0.55)), "c", ("c", 2, 0.7 / 0.45, "network")),
     ("slowest compute elsewhere than the mesh's slow node: compute",
      _ranks((0, "a", 0.1, 0.6), (1, "b", 0.1, 0.6), (2, "c", 0.35, 0.55)), "a", ("c", 2, 0.7 / 0.45, "compute")),
+    ("the mesh names a slow node; the sync adds 0.7 of a busy host's longer compute to each step: network",
+     _ranks((0, "a", 0.85, 0.6), (1, "b", 0.9, 0.58), (2, "c", 0.8, 0.6)), "c", ("c", 2, 1.45 / 0.85, "network")),
     ("the mesh names a slow node but compute dominates: nobody",
      _ranks((0, "a", 1.0, 0.2), (1, "b", 1.0, 0.2)), "b", None),
     ("one rank alone: nobody", _ranks((0, "a", 5.0, 0.0)), None, None),

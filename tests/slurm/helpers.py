@@ -55,9 +55,13 @@ class Ftwiz:
     def text(self) -> str:
         return "".join(self.err) + "".join(self.out)
 
-    def wait(self, timeout: float) -> int:
+    def wait(self, timeout: float) -> int | None:
+        """Its exit code, or None when it was still running after ``timeout`` (then killed): an assertion on the
+        code then prints :meth:`text` instead of a bare ``TimeoutExpired``."""
         try:
             return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
