@@ -208,11 +208,11 @@ def test_the_balancer_takes_its_nodes_micro_batch_cap_from_job_json(tmp_path: Pa
         balancer({"big": "6"})
 
 
-SLOW_S = 0.15
+SLOW_S = 0.5
 """Sleep of a slowed rank in each decoder layer's MLP: inside the layer's compute, outside FSDP's hooks. Long
-enough that the slowed rank stays the slower one on a busy host too: after the drift the fast rank holds a single
-sample, whose per-sample speed is mostly a step's fixed cost (CI at load 5 read 53 samples/s for it against 62
-for the rank then sleeping 0.05 s a layer)."""
+enough that the slowed rank stays the slower one on a busy host too: after the calibration the fast rank holds a
+single sample, whose speed is mostly a micro-step's fixed cost (at load 5 CI read 53 samples/s for it against 62
+for the rank then sleeping 0.05 s a layer; with two more busy loops beside the suite, 12 against 20 at 0.15 s)."""
 
 
 def _slowed(model, rank_is_slow) -> None:
