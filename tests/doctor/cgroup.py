@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-__all__ = ["CpuCgroup", "MemoryCgroup", "cgroup_problem", "cpu_cgroup_problem"]
+__all__ = ["CpuCgroup", "MemoryCgroup", "cgroup_problem", "cpu_cgroup_problem", "require_cgroups", "require_cpu_cgroup"]
 
 _V2 = Path("/sys/fs/cgroup")
 _V1 = Path("/sys/fs/cgroup/memory")
@@ -96,6 +96,20 @@ def cpu_cgroup_problem() -> str | None:
     if not _v2_cpu() and not (_V1_CPU / "cpu.cfs_quota_us").is_file():
         return "no cgroup cpu controller (neither v2 cpu.max nor v1 cpu.cfs_quota_us)"
     return None
+
+
+def require_cpu_cgroup() -> None:
+    """Skip a test that holds a process to a CPU quota when no quota can be made here; under CI=true fail instead."""
+    import pytest
+
+    from tests.cluster.fixtures import in_ci
+
+    problem = cpu_cgroup_problem()
+    if problem is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI=true but the CPU-quota test cannot run: {problem}", pytrace=False)
+    pytest.skip(problem)
 
 
 class CpuCgroup:

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from bench.balance_bench import HIDDEN, LAYERS, run_rate
-from tests.doctor.cgroup import CpuCgroup, cpu_cgroup_problem
+from tests.doctor.cgroup import CpuCgroup, require_cpu_cgroup
 from tests.launch.conftest import RunThread, make_run, rank_pids, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("balance_cluster")]  # one worker builds model_256 once
@@ -83,9 +83,7 @@ def _run(cluster, assets: dict[str, Path], tmp_path: Path, balance: str, *, shar
 
 
 def test_auto_beats_off_on_a_node_held_to_a_tenth_of_a_core(make_cluster, model_256, tmp_path):
-    problem = cpu_cgroup_problem()
-    if problem is not None:
-        pytest.skip(problem)
+    require_cpu_cgroup()
     cluster = make_cluster(2)
     off = _run(cluster, model_256, tmp_path, "off")
     auto = _run(cluster, model_256, tmp_path, "auto")
@@ -98,9 +96,7 @@ def test_auto_beats_off_on_a_node_held_to_a_tenth_of_a_core(make_cluster, model_
 
 
 def test_fsdp_auto_gives_a_node_held_to_a_tenth_of_a_core_fewer_samples(make_cluster, model_256, tmp_path):
-    problem = cpu_cgroup_problem()
-    if problem is not None:
-        pytest.skip(problem)
+    require_cpu_cgroup()
     cluster = make_cluster(2)
     off = _run(cluster, model_256, tmp_path, "off", sharding="fsdp", steps=FSDP_STEPS, hold=False)
     auto = _run(cluster, model_256, tmp_path, "auto", sharding="fsdp", steps=FSDP_STEPS)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.checks import shaping
-from tests.doctor.cgroup import CpuCgroup, cpu_cgroup_problem
+from tests.doctor.cgroup import CpuCgroup, require_cpu_cgroup
 from tests.launch.conftest import RunThread, make_run, rank_pid, rank_pids, run_pids, wait_until
 from tui.launch import commands
 from tui.runs.record import latest_run_id
@@ -56,9 +56,7 @@ def _stop(run, watched) -> dict:
 
 
 def test_a_node_held_to_a_twentieth_of_a_core_is_named_compute(cluster3, tmp_path, tiny_assets):
-    problem = cpu_cgroup_problem()
-    if problem is not None:
-        pytest.skip(problem)
+    require_cpu_cgroup()
     run = make_run(cluster3.config(**_job(tiny_assets)), tmp_path)
     watched = RunThread(run).start()
     with CpuCgroup(0.05) as slow:  # well under what a rank gets on a busy 2-core machine anyway
@@ -103,9 +101,7 @@ def test_a_node_on_a_shaped_link_is_named_network(cluster3, tmp_path, tiny_asset
 def test_your_own_codes_rank_held_to_a_twentieth_of_a_core_is_named_compute(cluster3, tmp_path):
     """workload = "command": no timings in the script's lines; the node helper's samples of each rank's process
     (its main thread on a CPU or waiting for one) name the rank the others wait for."""
-    problem = cpu_cgroup_problem()
-    if problem is not None:
-        pytest.skip(problem)
+    require_cpu_cgroup()
     config = cluster3.config(workload="command", command=["ddp_loop.py", "--steps", "100000", "--sleep", "0", "--work", "20"],
                              code_dir=str(Path(__file__).resolve().parent / "userscripts"),
                              progress_regex=r"step (?P<step>\d+)/(?P<total>\d+) \| loss (?P<loss>[0-9.]+)",
