@@ -22,7 +22,7 @@ import pytest
 
 from tests.cluster.harness import Cluster, ClusterError, cluster_support_problem
 
-__all__ = ["cluster3", "make_cluster", "cluster_support", "require_cluster_support", "in_ci"]
+__all__ = ["cluster3", "make_cluster", "cluster_support", "require_cluster_support", "in_ci", "skip_or_fail"]
 
 
 def in_ci() -> bool:
@@ -30,14 +30,19 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
-def require_cluster_support(*, need_sshd: bool = True, need_agent: bool = True) -> None:
-    """Skip the test when clusters cannot be built here; in CI fail with the reason instead."""
-    problem = cluster_support_problem(need_sshd=need_sshd, need_agent=need_agent)
+def skip_or_fail(problem: str | None, what: str) -> None:
+    """Nothing when ``problem`` is None; otherwise skip the test with it, or under ``CI=true`` fail: "CI=true but
+    ``what`` cannot run: ``problem``" (the skip policy above)."""
     if problem is None:
         return
     if in_ci():
-        pytest.fail(f"CI=true but the namespace-cluster tests cannot run: {problem}", pytrace=False)
+        pytest.fail(f"CI=true but {what} cannot run: {problem}", pytrace=False)
     pytest.skip(problem)
+
+
+def require_cluster_support(*, need_sshd: bool = True, need_agent: bool = True) -> None:
+    """Skip the test when clusters cannot be built here; in CI fail with the reason instead."""
+    skip_or_fail(cluster_support_problem(need_sshd=need_sshd, need_agent=need_agent), "the namespace-cluster tests")
 
 
 def _build(n: int, **kw) -> Cluster:

@@ -69,16 +69,9 @@ class MemoryCgroup:
 
 def require_cgroups() -> None:
     """Skip a test that needs a memory cgroup when there is none here; under CI=true fail with the reason."""
-    import pytest
+    from tests.cluster.fixtures import skip_or_fail
 
-    from tests.cluster.fixtures import in_ci
-
-    problem = cgroup_problem()
-    if problem is None:
-        return
-    if in_ci():
-        pytest.fail(f"CI=true but the OOM-kill test cannot run: {problem}", pytrace=False)
-    pytest.skip(problem)
+    skip_or_fail(cgroup_problem(), "the OOM-kill test")
 
 
 _V1_CPU = Path("/sys/fs/cgroup/cpu")
@@ -100,16 +93,9 @@ def cpu_cgroup_problem() -> str | None:
 
 def require_cpu_cgroup() -> None:
     """Skip a test that holds a process to a CPU quota when no quota can be made here; under CI=true fail instead."""
-    import pytest
+    from tests.cluster.fixtures import skip_or_fail
 
-    from tests.cluster.fixtures import in_ci
-
-    problem = cpu_cgroup_problem()
-    if problem is None:
-        return
-    if in_ci():
-        pytest.fail(f"CI=true but the CPU-quota test cannot run: {problem}", pytrace=False)
-    pytest.skip(problem)
+    skip_or_fail(cpu_cgroup_problem(), "the CPU-quota test")
 
 
 class CpuCgroup:

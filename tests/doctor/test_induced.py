@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.fixtures import in_ci
+from tests.cluster.fixtures import skip_or_fail
 from tests.doctor.induce import Namespace, NodeSpec, netns_problem, run_nodes
 from tui.cli import main as ftwiz_main
 from tui.doctor import Diagnosis, diagnose_files
@@ -25,12 +25,7 @@ pytestmark = pytest.mark.xdist_group("induced")
 
 
 def _require() -> None:
-    problem = netns_problem()
-    if problem is None:
-        return
-    if in_ci():
-        pytest.fail(f"CI=true but the induced-failure tests cannot run: {problem}", pytrace=False)
-    pytest.skip(problem)
+    skip_or_fail(netns_problem(), "the induced-failure tests")
 
 
 def _two_nodes(*args: str, node1_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> list[NodeSpec]:

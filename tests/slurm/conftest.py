@@ -10,19 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.fixtures import in_ci
+from tests.cluster.fixtures import skip_or_fail
 from tests.cluster.harness import ClusterError
 from tests.cluster.slurm import SlurmCluster, slurm_support_problem
 
 
 def require_slurm_support() -> None:
     """Skip the test when a Slurm test cluster cannot be built here; in CI fail with the reason instead."""
-    problem = slurm_support_problem()
-    if problem is None:
-        return
-    if in_ci():
-        pytest.fail(f"CI=true but the Slurm tests cannot run: {problem}", pytrace=False)
-    pytest.skip(problem)
+    skip_or_fail(slurm_support_problem(), "the Slurm tests")
 
 
 @pytest.fixture(scope="module")
