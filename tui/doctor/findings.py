@@ -19,7 +19,7 @@ A signature with ``needs`` (a library that could not be loaded) counts only when
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shared.doctor_signatures import SIGNATURES, Signature, is_normal, match_line
@@ -206,27 +206,7 @@ def _probed_imports(lines: Sequence[ReadLine]) -> set[int]:
     xformers imports triton in ``_is_triton_available`` and logs the caught traceback as a WARNING ("A matching Triton
     is not available, some optimizations will not be enabled"); the program goes on without the optional module.
     """
-    out: set[int] = set()
-    open_tb: dict[tuple[str, int | None], tuple[list[int], bool]] = {}  # per stream: its lines so far, a probe frame seen
-    for line in lines:
-        stream = (line.file, line.rank)
-        text = line.text
-        if text.startswith("Traceback (most recent call last):"):
-            open_tb[stream] = ([line.order], False)
-            continue
-        if stream not in open_tb:
-            continue
-        orders, probed = open_tb[stream]
-        frame = _FRAME_RE.match(text)
-        if frame or text.startswith((" ", "\t")) or not text.strip() or text.lstrip().startswith(("^", "~")):
-            func = (frame.group("func") or "").strip() if frame else ""
-            open_tb[stream] = ([*orders, line.order], probed or bool(_PROBE_RE.match(func)))
-            continue
-        del open_tb[stream]
-        exc = _EXC_RE.match(text.strip())
-        if probed and exc and exc.group("type").rsplit(".", 1)[-1] in _IMPORT_ERRORS:
-            out.update([*orders, line.order])
-    return out
+    return _caught_tracebacks(lines, lambda frame: bool(_PROBE_RE.match((frame.group("func") or "").strip())), _IMPORT_ERRORS)
 
 
 def _feeder_hangups(lines: Sequence[ReadLine]) -> set[int]:
@@ -237,8 +217,15 @@ def _feeder_hangups(lines: Sequence[ReadLine]) -> set[int]:
     (MLOPTPSU/FedTorch#4: the run still produced its result). Whatever made the reader go is its own evidence. Any
     other error of the feeder thread (a full /dev/shm: 'unable to write to file </torch_...>') still speaks.
     """
+    return _caught_tracebacks(lines, lambda frame: (frame.group("func") or "").strip() == "_feed"
+                              and bool(_FEEDER_FRAME_RE.search(frame.group("file"))), _HANGUP_ERRORS)
+
+
+def _caught_tracebacks(lines: Sequence[ReadLine], catcher: Callable[[re.Match[str]], bool], errors: tuple[str, ...]) -> set[int]:
+    """The ``order`` of every line of each traceback (per stream) that has a frame ``catcher`` accepts and ends in
+    one of ``errors``: code that catches that error there, prints it and goes on."""
     out: set[int] = set()
-    open_tb: dict[tuple[str, int | None], tuple[list[int], bool]] = {}  # per stream: its lines so far, a feeder frame seen
+    open_tb: dict[tuple[str, int | None], tuple[list[int], bool]] = {}  # per stream: its lines so far, a catcher frame seen
     for line in lines:
         stream = (line.file, line.rank)
         text = line.text
@@ -247,15 +234,14 @@ def _feeder_hangups(lines: Sequence[ReadLine]) -> set[int]:
             continue
         if stream not in open_tb:
             continue
-        orders, fed = open_tb[stream]
+        orders, caught = open_tb[stream]
         frame = _FRAME_RE.match(text)
         if frame or text.startswith((" ", "\t")) or not text.strip() or text.lstrip().startswith(("^", "~")):
-            feeder = frame is not None and (frame.group("func") or "").strip() == "_feed" and bool(_FEEDER_FRAME_RE.search(frame.group("file")))
-            open_tb[stream] = ([*orders, line.order], fed or feeder)
+            open_tb[stream] = ([*orders, line.order], caught or (frame is not None and catcher(frame)))
             continue
         del open_tb[stream]
         exc = _EXC_RE.match(text.strip())
-        if fed and exc and exc.group("type").rsplit(".", 1)[-1] in _HANGUP_ERRORS:
+        if caught and exc and exc.group("type").rsplit(".", 1)[-1] in errors:
             out.update([*orders, line.order])
     return out
 
