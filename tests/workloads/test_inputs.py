@@ -101,3 +101,13 @@ def test_bad_spec_is_explained(tmp_path, content, expected):
     with pytest.raises(WorkloadError) as info:
         load_spec(str(path))
     assert str(path) in info.value.message and expected in info.value.message
+
+
+@pytest.mark.parametrize(("method", "optim", "needed"), [
+    ("lora", "adamw_torch", False), ("full", "adamw_torch", False),  # preflight leaves bitsandbytes out of the rank
+    ("qlora", "adamw_torch", True), ("lora", "adamw_bnb_8bit", True), ("full", "paged_adamw_8bit", True),
+])
+def test_only_quantized_weights_or_an_8bit_optimizer_import_bitsandbytes(method, optim, needed):
+    from agent.workloads.sft import uses_bitsandbytes
+
+    assert uses_bitsandbytes(method, optim) is needed
