@@ -139,6 +139,9 @@ class HostInfo(_Model):
     uptime_s: Optional[float] = Field(None, description="Seconds since boot.")
     cpu_model: Optional[str] = Field(None, description="CPU model name.")
     cpu_cores: Optional[int] = Field(None, description="Logical CPUs.")
+    boot_id: Optional[str] = Field(
+        None, max_length=64, description="The kernel's boot id: nodes that report the same one run on one host (containers, "
+        "network namespaces) and share its CPUs.")
     load_avg: Optional[list[float]] = Field(None, description="1, 5, 15 minute load averages.")
     cpu_percent: Optional[float] = Field(None, description="CPU utilization over the last sample, all cores.")
     memory_total_bytes: Optional[int] = Field(None, description="Physical memory.")

@@ -32,6 +32,7 @@ def host_info() -> HostInfo:
         uptime_s=round(time.time() - _boot_time(), 1),
         cpu_model=_cpu_model(),
         cpu_cores=psutil.cpu_count(logical=True),
+        boot_id=_boot_id(),
         load_avg=load_avg,
         cpu_percent=psutil.cpu_percent(interval=None),
         memory_total_bytes=memory.total,
@@ -54,6 +55,18 @@ def _disk(path: str) -> DiskInfo:
     except OSError as error:
         return DiskInfo(path=path, exists=exists, error=f"cannot measure {probe}: {error.strerror or error}")
     return DiskInfo(path=path, exists=exists, total_bytes=usage.total, free_bytes=usage.free)
+
+
+@functools.cache
+def _boot_id() -> Optional[str]:
+    """``/proc/sys/kernel/random/boot_id``: one per running kernel, so every container and network namespace on a
+    host reads the same one (None off Linux)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            value = handle.read(64).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return value or None
 
 
 @functools.cache

@@ -70,7 +70,7 @@ def preflight(spec: Spec) -> Plan:
         notes.append(f'optimizer = "{spec["optimizer"]}" needs a CUDA GPU (bitsandbytes 8-bit): using adamw_torch on CPU')
         optim = "adamw_torch"
     if not uses_bitsandbytes(spec["method"], optim):
-        sys.modules.setdefault("bitsandbytes", None)  # type: ignore[assignment]
+        sys.modules.setdefault("bitsandbytes", None)  # type: ignore[arg-type]
     return Plan(model, is_local, dataset, records, output_dir, cuda, bf16, fp16, optim, notes)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -38,6 +39,8 @@ def test_report_shows_this_machine_gpu_less(client: httpx.Client, agent: AgentPr
     assert report.gpu_source is None and report.driver_version is None
     assert report.host.cpu_cores and report.host.memory_total_bytes and report.host.kernel
     assert report.host.memory_available_bytes <= report.host.memory_total_bytes
+    # one per running kernel: nodes that share this host report the same one and split its cores
+    assert report.host.boot_id == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def test_report_disks(client: httpx.Client, agent: AgentProcess) -> None:

@@ -26,8 +26,9 @@ PY = "/opt/venv/bin/python"
 class FakeClient:
     """Answers ``probe_compute`` from a table of rates; records what each node was asked."""
 
-    def __init__(self, rates: dict[str, Optional[float]]) -> None:
+    def __init__(self, rates: dict[str, Optional[float]], machines: Optional[dict[str, str]] = None) -> None:
         self.rates = rates
+        self.machines = machines or {}
         self.asked: dict[str, dict[str, Any]] = {}
         self.busy: list[str] = []
         self.most_at_once = 0
@@ -36,11 +37,12 @@ class FakeClient:
     async def probe_compute(self, node: NodeConfig, *, gpus: Optional[list[int]] = None, threads: Optional[int] = None,
                             timeout_s: float = 60.0) -> AgentReply[ComputeProbeResult]:
         self.asked[node.name] = {"gpus": gpus, "threads": threads}
-        self.same_host_at_once |= node.host in self.busy
-        self.busy.append(node.host)
+        machine = self.machines.get(node.name, node.host)
+        self.same_host_at_once |= machine in self.busy
+        self.busy.append(machine)
         self.most_at_once = max(self.most_at_once, len(self.busy))
         await asyncio.sleep(0.01)  # the other probes' turn, when they were started beside this one
-        self.busy.remove(node.host)
+        self.busy.remove(machine)
         rate = self.rates[node.name]
         if rate is None:
             value = ComputeProbeResult(python=PY, device="cpu", error="No module named 'torch'")
@@ -52,18 +54,19 @@ class FakeClient:
         return AgentReply(node.name, NodeState.UP, value=value, status_code=200)
 
 
-def report(name: str, gpus: int, *, card: Optional[str] = None) -> NodeReport:
+def report(name: str, gpus: int, *, card: Optional[str] = None, boot_id: Optional[str] = None) -> NodeReport:
     """A node with ``gpus`` cards, each of its own model unless ``card`` is given (the nodes then differ, and the
     probe decides), and a CPU whose model is unknown (so CPU nodes are always probed)."""
     return NodeReport(node_name=name, hostname=name, agent_version="0.1.0", time_unix=0.0,
-                      host=HostInfo(cpu_cores=16),
+                      host=HostInfo(cpu_cores=16, boot_id=boot_id),
                       gpus=[GpuInfo(index=i, name=card or f"card of {name}", memory_total_bytes=12 * GIB) for i in range(gpus)])
 
 
 def context(nodes: list[NodeConfig], gpus: dict[str, int], client: Any, job: Optional[JobConfig] = None,
-            card: Optional[str] = None) -> CheckContext:
+            card: Optional[str] = None, machines: Optional[dict[str, str]] = None) -> CheckContext:
     config = FtwizConfig(cluster=ClusterConfig(), nodes=nodes, job=job or JobConfig(workload="sft", method="lora"))
-    statuses = {n.name: NodeStatus(n.name, f"http://{n.name}", NodeState.UP, report=report(n.name, gpus[n.name], card=card))
+    statuses = {n.name: NodeStatus(n.name, f"http://{n.name}", NodeState.UP,
+                                   report=report(n.name, gpus[n.name], card=card, boot_id=(machines or {}).get(n.name)))
                 for n in nodes}
     return CheckContext(config, statuses, client=client)
 
@@ -134,34 +137,46 @@ def test_nodes_on_one_host_take_turns_and_other_hosts_measure_at_once() -> None:
     assert row.status == "pass" and not client.same_host_at_once and client.most_at_once == 3
 
 
+def test_nodes_of_one_kernel_take_turns_whatever_their_addresses() -> None:
+    """Containers or namespaces on one host have addresses of their own and report its kernel boot id."""
+    machines = {"a": "boot-1", "b": "boot-1", "c": "boot-2"}
+    client = FakeClient({"a": 1.0, "b": 1.0, "c": 1.0}, machines)
+    nodes = [node("a", "10.0.0.1"), node("b", "10.0.0.2"), node("c", "10.0.0.3")]
+    (row,) = asyncio.run(balance(context(nodes, {"a": 1, "b": 2, "c": 1}, client, machines=machines)))
+    assert row.status == "pass" and not client.same_host_at_once and client.most_at_once == 2
+
+
 def test_two_real_agents_time_their_cpu(tmp_path) -> None:
+    """Two real agents on this machine report one kernel boot id: their ranks share its cores (the same threads
+    each, so the row needs no probe), and each agent times a real CPU matmul when asked, then answers from its cache."""
     os.chmod(tmp_path, 0o700)
     first = AgentProcess(tmp_path, node_name="n0")
     second = AgentProcess(tmp_path, node_name="n1", token_file=first.token_file)
     try:
-        # one CPU rank on n0, two on n1: each n1 rank gets half the threads, so the nodes differ and are probed
+        # one CPU rank on n0, two on n1, all three on this machine's cores
         nodes = [NodeConfig(name=a.node_name, host="127.0.0.1", agent_port=a.port, python=sys.executable, cpu_ranks=ranks)
                  for a, ranks in ((first, 1), (second, 2))]
         config = FtwizConfig(cluster=ClusterConfig(agent_token_file=str(first.token_file)), nodes=nodes,
                              job=JobConfig(workload="sft", method="lora"))
-        cores = os.cpu_count() or 1
-        threads = max(1, cores // 1), max(1, cores // 2)
+        threads = max(1, (os.cpu_count() or 1) // 3)
 
         async def check() -> Any:
             async with AgentClient(config) as client:
                 statuses = await client.poll()
                 rows = await balance(CheckContext(config, statuses, client))
-                again = await client.probe_compute(nodes[0], threads=threads[0])  # what the row asked: from the cache
-                return rows, again
+                timed = [await client.probe_compute(n, threads=t) for n, t in ((nodes[0], threads), (nodes[1], threads + 1))]
+                again = await client.probe_compute(nodes[0], threads=threads)
+                return statuses, rows, timed, again
 
-        (row,), again = asyncio.run(check())
-        assert row.status == "pass", row
-        if threads[0] == threads[1]:  # a one-core machine: both nodes' ranks get one thread, nothing to probe
-            assert "no compute probe needed" in row.detail, row.detail
-            return
-        assert "bounds the run; uniform: 3 rank(s)" in row.detail, row.detail
-        assert "n0 " in row.detail and "n1 " in row.detail and f"cpu, {threads[1]} thread(s) per rank, float32" in row.detail
-        assert again.value is not None and again.value.cached and again.value.devices[0].tflops > 0
+        statuses, (row,), timed, again = asyncio.run(check())
+        boot_ids = {s.report.host.boot_id for s in statuses.values() if s.report is not None}
+        assert len(boot_ids) == 1 and None not in boot_ids, boot_ids
+        assert row.status == "pass" and "no compute probe needed" in row.detail, row.detail
+        assert f"({threads} thread(s) per rank)" in row.detail, row.detail
+        for reply, asked in zip(timed, (threads, threads + 1), strict=True):
+            assert reply.value is not None and not reply.value.error and reply.value.threads == asked, reply
+            assert reply.value.device == "cpu" and reply.value.devices[0].tflops > 0, reply.value
+        assert again.value is not None and again.value.cached and again.value.devices[0].tflops == timed[0].value.devices[0].tflops
     finally:
         first.stop()
         second.stop()

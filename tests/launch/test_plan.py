@@ -10,7 +10,7 @@ import pytest
 
 from shared import nodewire
 from shared.config import FtwizConfig, JobConfig, NodeConfig
-from tui.jobshape import node_processes
+from tui.jobshape import node_processes, threads_per_rank
 from tui.launch.plan import build_plan, make_payload, quote_path, start_script
 
 
@@ -68,6 +68,28 @@ def test_process_counts_follow_the_selected_gpus_heterogeneously():
     assert (_opt(plans["c"].argv, "nproc-per-node"), plans["c"].env["CUDA_VISIBLE_DEVICES"]) == ("2", "0,1")
     assert plans["a"].env["OMP_NUM_THREADS"] == "8" and plans["b"].env["OMP_NUM_THREADS"] == "8"
     assert plans["c"].env["OMP_NUM_THREADS"] == "1"  # no report: one thread, never oversubscribe
+
+
+def test_nodes_on_one_host_share_its_cores():
+    """Nodes whose agents report one kernel boot id (containers, network namespaces) split that host's cores."""
+    gpus = {"a": [], "b": [], "c": []}
+    plans = _plans(_config(), gpu_indices=gpus, cpu_cores={"a": 8, "b": 8, "c": 2}, machines={"a": "boot-1", "b": "boot-1", "c": "boot-2"})
+    # a (one rank) and b (two, gpus = [1, 3]) on one host: its 8 cores over 3 ranks; c alone, 2 cores for 2 ranks
+    assert [plans[name].env["OMP_NUM_THREADS"] for name in "abc"] == ["2", "2", "1"]
+    alone = _plans(_config(), gpu_indices=gpus, cpu_cores={"a": 8, "b": 8, "c": 2})
+    assert [alone[name].env["OMP_NUM_THREADS"] for name in "abc"] == ["8", "4", "1"]
+
+
+@pytest.mark.parametrize(("ranks", "cores", "machines", "threads"), [
+    ({"a": 1, "b": 1, "c": 1}, {"a": 2, "b": 2, "c": 2}, {"a": "m", "b": "m", "c": "m"}, {"a": 1, "b": 1, "c": 1}),
+    ({"a": 1, "b": 1}, {"a": 16, "b": 16}, {"a": "m", "b": "m"}, {"a": 8, "b": 8}),
+    ({"a": 2, "b": 1}, {"a": 12, "b": 12}, {"a": "m", "b": "m"}, {"a": 4, "b": 4}),
+    ({"a": 1, "b": 1}, {"a": 16, "b": 16}, {"a": "m", "b": None}, {"a": 16, "b": 16}),  # b's host unknown: its own
+    ({"a": 4}, {"a": None}, {}, {"a": 1}),  # cores unknown: one thread, never oversubscribe
+    ({"a": 4}, {"a": 2}, {}, {"a": 1}),
+])
+def test_threads_per_rank(ranks, cores, machines, threads):
+    assert threads_per_rank(ranks, cores, machines) == threads
 
 
 def test_the_users_omp_num_threads_wins_over_the_cores_per_rank():

@@ -6,7 +6,16 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from tui.checks.base import CheckContext, CheckResult, check, result
-from tui.jobshape import DECLARE_HINT, gpu_inventory, interconnect, node_processes, planned, planned_note, world_size
+from tui.jobshape import (
+    DECLARE_HINT,
+    gpu_inventory,
+    interconnect,
+    node_processes,
+    planned,
+    planned_note,
+    rank_threads,
+    world_size,
+)
 
 GIB = 1024**3
 PROBE_TIMEOUT_S = 40.0
@@ -148,7 +157,7 @@ def _one_device_kind(ctx: CheckContext) -> Optional[str]:
         report = ctx.reports.get(node.name)
         if report is None:
             return None
-        nproc, cvd = node_processes(node, [g.index for g in report.gpus])
+        _, cvd = node_processes(node, [g.index for g in report.gpus])
         if cvd:
             names = {g.index: g.name for g in report.gpus}
             kinds.update(str(names.get(int(i))) for i in cvd.split(","))
@@ -157,7 +166,7 @@ def _one_device_kind(ctx: CheckContext) -> Optional[str]:
             model = report.host.cpu_model if report.host is not None else None
             if not model or not cores:
                 return None
-            threads = _omp_threads(ctx) or max(1, cores // nproc)
+            threads = _omp_threads(ctx) or rank_threads(ctx.config, ctx.reports)[node.name]
             kinds.add(f"{model} ({threads} thread(s) per rank)")
         if len(kinds) > 1:
             return None
@@ -179,8 +188,7 @@ async def _probe_compute(ctx: CheckContext) -> tuple[list[Any], list[str]]:
             gpus = [int(i) for i in cvd.split(",")]
             reply = await ctx.client.probe_compute(node, gpus=gpus, timeout_s=PROBE_TIMEOUT_S)
         else:
-            cores = report.host.cpu_cores if report.host is not None else None
-            threads = _omp_threads(ctx) or max(1, (cores or 1) // nproc)
+            threads = _omp_threads(ctx) or rank_threads(ctx.config, ctx.reports)[node.name]
             reply = await ctx.client.probe_compute(node, threads=threads, timeout_s=PROBE_TIMEOUT_S)
         value = reply.value
         if value is None or value.error or not value.devices:
@@ -196,10 +204,13 @@ async def _probe_compute(ctx: CheckContext) -> tuple[list[Any], list[str]]:
     async def in_turn(group: list[Any]) -> list[tuple[str, tuple[Optional[NodeCompute], str]]]:
         return [(n.name, await one(n)) for n in group]
 
-    # nodes on one host would time each other's load: those take turns, separate hosts measure at once
+    # nodes on one host (one address, or one kernel boot id) would time each other's load: those take turns,
+    # separate hosts measure at once
     hosts: dict[str, list[Any]] = {}
     for node in ctx.config.nodes:
-        hosts.setdefault(node.host, []).append(node)
+        report = ctx.reports.get(node.name)
+        machine = report.host.boot_id if report is not None and report.host is not None else None
+        hosts.setdefault(machine or node.host, []).append(node)
     done = dict(pair for group in await asyncio.gather(*(in_turn(g) for g in hosts.values())) for pair in group)
     answers = [done[n.name] for n in ctx.config.nodes]
     return [c for c, _ in answers if c is not None], [why for c, why in answers if c is None]

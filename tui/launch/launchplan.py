@@ -93,8 +93,10 @@ def build_launch_plan(
     """
     gpus = {name: [g.index for g in getattr(r, "gpus", [])] for name, r in reports.items() if r is not None}
     cores = {name: getattr(getattr(r, "host", None), "cpu_cores", None) for name, r in reports.items() if r is not None}
+    machines = {name: getattr(getattr(r, "host", None), "boot_id", None) for name, r in reports.items() if r is not None}
     network = {name: MappingProxyType(dict(env)) for name, env in (network_env or {}).items()}
-    plans = build_plan(config, run_id, rundirs=rundirs, gpu_indices=gpus, cpu_cores=cores, network_env=network)
+    plans = build_plan(config, run_id, rundirs=rundirs, gpu_indices=gpus, cpu_cores=cores, machines=machines,
+                       network_env=network)
     spec = config.job.model_dump(mode="json")
     spec.update(resume="auto" if resume else None, output_dir=output_dir, run_id=run_id)
     if spec.get("sharding") == "auto":  # the workload runs what the estimator picked: fsdp exactly when ddp does not fit

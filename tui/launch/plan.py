@@ -31,7 +31,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from shared.config import FtwizConfig, NodeConfig
 from shared.nodewire import LOG, NODE_ENV, RUN_ENV, payload_header, run_file, write_exit_sh, write_pgid_sh
 from shared.redact import masked_env
-from tui.jobshape import node_processes
+from tui.jobshape import node_processes, threads_per_rank
 from tui.runs.index import RUN_ID_RE
 
 __all__ = [
@@ -165,13 +165,14 @@ def build_plan(
     rundirs: Mapping[str, str],
     gpu_indices: Optional[Mapping[str, Optional[Sequence[int]]]] = None,
     cpu_cores: Optional[Mapping[str, Optional[int]]] = None,
+    machines: Optional[Mapping[str, Optional[str]]] = None,
     network_env: Optional[Mapping[str, Mapping[str, str]]] = None,
 ) -> list[NodePlan]:
     """One :class:`NodePlan` per node, in config order.
 
     ``rundirs`` maps node name → absolute run directory on that node (``<workdir>/runs/<run id>``
-    as the node resolved it). ``gpu_indices`` and ``cpu_cores`` come from the agents' reports
-    (missing → CPU processes, one OpenMP thread). ``network_env`` is the network plan's per-node
+    as the node resolved it). ``gpu_indices``, ``cpu_cores`` and ``machines`` (kernel boot ids: nodes on one
+    host share its cores) come from the agents' reports (missing → CPU processes, one OpenMP thread). ``network_env`` is the network plan's per-node
     environment (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``, ``NCCL_IB_DISABLE``).
     """
     if not RUN_ID_RE.fullmatch(run_id):
@@ -180,15 +181,16 @@ def build_plan(
     cpu_cores = cpu_cores or {}
     network_env = network_env or {}
     master = config.master
+    processes = {node.name: node_processes(node, gpu_indices.get(node.name)) for node in config.nodes}
+    threads = threads_per_rank({name: nproc for name, (nproc, _) in processes.items()}, cpu_cores, machines)
     plans = []
     for node in config.nodes:
-        nproc, cvd = node_processes(node, gpu_indices.get(node.name))
+        nproc, cvd = processes[node.name]
         rundir_abs = rundirs[node.name]
         env: dict[str, str] = {}
         env.update(network_env.get(node.name, {}))
         env.update(config.nccl.env)  # the user's [nccl] env wins over the plan, as in shared.netplan
         env.update(command_env(config))
-        cores = cpu_cores.get(node.name) or 0
         env.update(
             {
                 "MASTER_ADDR": master.host,
@@ -200,8 +202,8 @@ def build_plan(
                 "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_PREFIX_TEMPLATE,
             }
         )
-        # the node's cores over its ranks, unless the user's [nccl].env / [job].env set it (nodes sharing cores)
-        env.setdefault("OMP_NUM_THREADS", str(max(1, cores // nproc) if cores else 1))
+        # the machine's cores over its ranks (nodes on one host share them), unless [nccl].env / [job].env set it
+        env.setdefault("OMP_NUM_THREADS", str(threads[node.name]))
         if cvd is not None:
             env["CUDA_VISIBLE_DEVICES"] = cvd
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NVML index order, as the agent reports
