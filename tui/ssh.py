@@ -39,6 +39,7 @@ __all__ = [
     "SshTarget",
     "connect",
     "keyscan_hint",
+    "read_to_end",
     "resolve_target",
     "run",
 ]
@@ -313,23 +314,46 @@ def run(
     try:
         channel.exec_command(command)
         channel.shutdown_write()
-        out, err = bytearray(), bytearray()
-        deadline = time.monotonic() + timeout
-        # Drain both streams while waiting so a chatty command never blocks on a full window.
-        while True:
-            while channel.recv_ready():
-                out += channel.recv(65536)
-            while channel.recv_stderr_ready():
-                err += channel.recv_stderr(65536)
-            if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"command did not finish in {timeout:g} s: {command}")
-            time.sleep(0.01)
-        status = channel.recv_exit_status()
+        status, out, err = read_to_end(channel, timeout=timeout, what=f"command {command}")
     finally:
         channel.close()
-    return CommandResult(argv=list(argv), exit_status=status, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"))
+    return CommandResult(argv=list(argv), exit_status=status, stdout=out, stderr=err)
+
+
+OUTPUT_END_GRACE_S = 5.0
+"""How long the output may still come after the exit status (see :func:`read_to_end`)."""
+
+
+def read_to_end(channel: paramiko.Channel, *, timeout: float, what: str) -> tuple[int, str, str]:
+    """Drain a started command's stdout and stderr until it has exited and its output has ended; return
+    ``(exit status, stdout, stderr)`` (status -1 when the channel closed without one). Raises
+    :class:`TimeoutError` naming ``what`` when the command has not exited within ``timeout`` s.
+
+    The exit status is not the end of the output: sshd sends it when the command exits, and what the command
+    wrote last may still be in its pipe, or not yet decrypted by paramiko's transport thread (a checklist path
+    test on a loaded host once read two of its three lines). The end is the channel's EOF. A command that left a
+    child holding its output sends none until that child exits: after the status, the output gets
+    :data:`OUTPUT_END_GRACE_S` more, never past the deadline. Both streams drain while waiting, so a chatty command
+    never blocks on a full window.
+    """
+    out, err = bytearray(), bytearray()
+    deadline = time.monotonic() + timeout
+    exited_at: Optional[float] = None
+    while True:
+        while channel.recv_ready():
+            out += channel.recv(65536)
+        while channel.recv_stderr_ready():
+            err += channel.recv_stderr(65536)
+        now = time.monotonic()
+        if exited_at is None and channel.exit_status_ready():
+            exited_at = now
+        if exited_at is not None and not channel.recv_ready() and not channel.recv_stderr_ready():
+            if channel.eof_received or channel.closed or now > min(deadline, exited_at + OUTPUT_END_GRACE_S):
+                break
+        elif now > deadline:
+            raise TimeoutError(f"{what} did not finish in {timeout:g} s")
+        time.sleep(0.01)
+    return channel.recv_exit_status(), out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def _quote_home(path: str) -> str:

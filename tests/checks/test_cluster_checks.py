@@ -60,7 +60,7 @@ def test_sft_job_files_reachable_then_missing_on_one_node(fresh3):
     config = fresh3.config(workload="sft", model="models/tiny", dataset="data/train.jsonl", method="lora", optimizer="adamw")
     results = run(config)
     assert not failures(results), describe(results)
-    assert [r.status for r in rows(results, "data.reachable")] == ["pass"] * 3
+    assert [r.status for r in rows(results, "data.reachable")] == ["pass"] * 3, describe(results)
     (fresh3.node("node2").workdir / "data" / "train.jsonl").unlink()
     results = run(config, only=["data", "ssh"])
     assert failures(results) == {("data.reachable", "node2")}, describe(results)

@@ -89,3 +89,62 @@ def test_refused_and_missing_key_file(cluster3, tmp_path):
     with pytest.raises(ssh.SshError) as info:
         ssh.connect(node, config.cluster, timeout=5)
     assert info.value.kind == "key_file" and "ssh-keygen -t ed25519" in info.value.hint
+
+
+class ScriptedChannel:
+    """A paramiko channel whose events come in a scripted order, one per ``recv_ready`` poll: ``("status", code)``,
+    ``("out", bytes)``, ``("err", bytes)``, ``("eof",)``, ``("idle",)`` (nothing yet); polls past the script change
+    nothing."""
+
+    def __init__(self, *steps: tuple) -> None:
+        self.steps, self.status, self.eof_received, self.closed = list(steps), None, False, False
+        self.out, self.err = bytearray(), bytearray()
+
+    def _advance(self) -> None:
+        if self.steps:
+            kind, *value = self.steps.pop(0)
+            if kind == "status":
+                self.status = value[0]
+            elif kind == "eof":
+                self.eof_received = True
+            elif kind != "idle":
+                (self.out if kind == "out" else self.err).extend(value[0])
+
+    def recv_ready(self) -> bool:
+        self._advance()  # time passes between polls: the transport thread delivers the next event
+        return bool(self.out)
+
+    def recv_stderr_ready(self) -> bool:
+        return bool(self.err)
+
+    def recv(self, n: int) -> bytes:
+        data, self.out[:] = bytes(self.out[:n]), self.out[n:]
+        return data
+
+    def recv_stderr(self, n: int) -> bytes:
+        data, self.err[:] = bytes(self.err[:n]), self.err[n:]
+        return data
+
+    def exit_status_ready(self) -> bool:
+        return self.status is not None
+
+    def recv_exit_status(self) -> int:
+        return -1 if self.status is None else self.status
+
+
+def test_output_that_comes_after_the_exit_status_is_read_to_its_end():
+    """sshd can send the exit status before the command's last output: the end is the EOF, not the status."""
+    channel = ScriptedChannel(("out", b"1\n"), ("status", 0), ("idle",), ("out", b"0\n"), ("err", b"warn\n"), ("idle",),
+                              ("out", b"1\n"), ("eof",))
+    assert ssh.read_to_end(channel, timeout=30, what="test") == (0, "1\n0\n1\n", "warn\n")
+
+
+def test_a_child_holding_the_output_gets_a_grace_then_the_status_stands(monkeypatch):
+    monkeypatch.setattr(ssh, "OUTPUT_END_GRACE_S", 0.05)
+    channel = ScriptedChannel(("out", b"started\n"), ("status", 0))  # no EOF: a daemon it started holds stdout
+    assert ssh.read_to_end(channel, timeout=30, what="test") == (0, "started\n", "")
+
+
+def test_a_command_that_never_exits_times_out_naming_it():
+    with pytest.raises(TimeoutError, match="command x did not finish in 0.05 s"):
+        ssh.read_to_end(ScriptedChannel(("out", b"busy\n")), timeout=0.05, what="command x")

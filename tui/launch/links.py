@@ -146,27 +146,15 @@ class SshLink:
             raise
         except Exception as exc:
             raise LinkLost(f"{self.node}: cannot open an SSH channel: {exc}") from None
+        from tui.ssh import read_to_end
+
         try:
             channel.exec_command(command)
             channel.shutdown_write()
-            out, err = bytearray(), bytearray()
-            deadline = time.monotonic() + timeout
-            while True:
-                while channel.recv_ready():
-                    out += channel.recv(65536)
-                while channel.recv_stderr_ready():
-                    err += channel.recv_stderr(65536)
-                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                    break
-                if channel.closed and not channel.exit_status_ready():
-                    raise LinkLost(f"{self.node}: SSH channel closed before the command finished")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{self.node}: command did not finish within {timeout:g} s")
-                time.sleep(0.01)
-            status = channel.recv_exit_status()
+            status, out, err = read_to_end(channel, timeout=timeout, what=f"{self.node}: command")  # -1: closed without a status
         finally:
             channel.close()
-        return ExecResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        return ExecResult(status, out, err)
 
     def stream(self, command: str) -> LineStream:
         try:
