@@ -103,11 +103,12 @@ def test_bad_spec_is_explained(tmp_path, content, expected):
     assert str(path) in info.value.message and expected in info.value.message
 
 
-@pytest.mark.parametrize(("method", "optim", "needed"), [
-    ("lora", "adamw_torch", False), ("full", "adamw_torch", False),  # preflight leaves bitsandbytes out of the rank
-    ("qlora", "adamw_torch", True), ("lora", "adamw_bnb_8bit", True), ("full", "paged_adamw_8bit", True),
+@pytest.mark.parametrize(("method", "optim", "kept_out"), [
+    ("lora", "adamw_torch", ("datasets", "bitsandbytes")), ("full", "adamw_torch", ("datasets", "bitsandbytes")),
+    ("qlora", "adamw_torch", ("datasets",)), ("lora", "adamw_bnb_8bit", ("datasets",)),
+    ("full", "paged_adamw_8bit", ("datasets",)),
 ])
-def test_only_quantized_weights_or_an_8bit_optimizer_import_bitsandbytes(method, optim, needed):
-    from agent.workloads.sft import uses_bitsandbytes
+def test_a_built_in_rank_keeps_out_the_libraries_it_never_uses(method, optim, kept_out):
+    from agent.workloads.sft import unused_libraries
 
-    assert uses_bitsandbytes(method, optim) is needed
+    assert unused_libraries(method, optim) == kept_out
