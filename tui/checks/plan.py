@@ -153,6 +153,7 @@ def _one_device_kind(ctx: CheckContext) -> Optional[str]:
     """The one kind of device every rank computes on (a GPU model, or a CPU model with the same threads per rank),
     or None when the nodes differ or a node's agent did not report (then the probe decides)."""
     kinds: set[str] = set()
+    threads = _cpu_rank_threads(ctx)
     for node in ctx.config.nodes:
         report = ctx.reports.get(node.name)
         if report is None:
@@ -166,8 +167,7 @@ def _one_device_kind(ctx: CheckContext) -> Optional[str]:
             model = report.host.cpu_model if report.host is not None else None
             if not model or not cores:
                 return None
-            threads = _omp_threads(ctx) or rank_threads(ctx.config, ctx.reports)[node.name]
-            kinds.add(f"{model} ({threads} thread(s) per rank)")
+            kinds.add(f"{model} ({threads[node.name]} thread(s) per rank)")
         if len(kinds) > 1:
             return None
     return next(iter(kinds)) if len(kinds) == 1 and "None" not in kinds else None
@@ -179,6 +179,8 @@ async def _probe_compute(ctx: CheckContext) -> tuple[list[Any], list[str]]:
 
     from shared.computeplan import NodeCompute
 
+    threads = _cpu_rank_threads(ctx)
+
     async def one(node: Any) -> tuple[Optional[NodeCompute], str]:
         report = ctx.reports.get(node.name)
         if report is None:
@@ -188,8 +190,7 @@ async def _probe_compute(ctx: CheckContext) -> tuple[list[Any], list[str]]:
             gpus = [int(i) for i in cvd.split(",")]
             reply = await ctx.client.probe_compute(node, gpus=gpus, timeout_s=PROBE_TIMEOUT_S)
         else:
-            threads = _omp_threads(ctx) or rank_threads(ctx.config, ctx.reports)[node.name]
-            reply = await ctx.client.probe_compute(node, threads=threads, timeout_s=PROBE_TIMEOUT_S)
+            reply = await ctx.client.probe_compute(node, threads=threads[node.name], timeout_s=PROBE_TIMEOUT_S)
         value = reply.value
         if value is None or value.error or not value.devices:
             why = value.error if value is not None and value.error else (reply.error or "no figure")
@@ -214,6 +215,13 @@ async def _probe_compute(ctx: CheckContext) -> tuple[list[Any], list[str]]:
     done = dict(pair for group in await asyncio.gather(*(in_turn(g) for g in hosts.values())) for pair in group)
     answers = [done[n.name] for n in ctx.config.nodes]
     return [c for c, _ in answers if c is not None], [why for c, why in answers if c is None]
+
+
+def _cpu_rank_threads(ctx: CheckContext) -> dict[str, int]:
+    """The threads each node's CPU ranks get: ``OMP_NUM_THREADS`` where the user set it, else the host's cores
+    shared by every rank it runs (the launch's default, :func:`tui.jobshape.rank_threads`)."""
+    user = _omp_threads(ctx)
+    return {name: user or threads for name, threads in rank_threads(ctx.config, ctx.reports).items()}
 
 
 def _omp_threads(ctx: CheckContext) -> Optional[int]:
