@@ -19,7 +19,7 @@ from .conftest import REPO_ROOT, AgentProcess
 from .test_auth import route_requests
 
 MIN_CASES = 1000
-MAX_EXAMPLES = "300"  # per operation; with the coverage phase this gives ~2000 cases over 10 routes
+MAX_EXAMPLES = "150"  # per operation: 1659 cases in 71 s of CPU here (300 gave 3157 cases in 220 s, past what MIN_CASES asks)
 
 
 def schemathesis_cli() -> str:
