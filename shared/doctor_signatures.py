@@ -379,6 +379,12 @@ NORMAL: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p i
     # DDP's performance note on a flag that found nothing to do (the run goes on): reducer.cpp's W line
     r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused parameters",
     r"^\*{5,}$",
+    # Slurm's non-fatal notes worded as errors: the memory accounting's 'Exceeded step memory limit at some point' (logged
+    # even when the step was not killed: galaxyproject/galaxy#1426; a kill is its own line, 'Detected N oom-kill events'
+    # or 'Exceeded job memory limit' without 'at some point'), and a client rejecting an option or variable and going on
+    # without it ('sbatch: error: "SBATCH_EXCLUSIVE=true" -- invalid value, ignoring...', then 'Submitted batch job')
+    r"slurmstepd(?:-[\w.-]+)?: error: Exceeded (?:step|job) memory limit at some point\b",
+    r"\b(?:sbatch|srun|salloc): error: .*\bignoring\b",
 ))
 #: Warnings: normal unless they carry a certain signature (weight >= :data:`WARNING_OVERRIDE`), as a
 #: ``UserWarning: CUDA initialization: The NVIDIA driver on your system is too old`` does.

@@ -132,3 +132,17 @@ def test_the_shells_killed_report_is_a_sigkill_in_any_of_its_spellings_and_killi
     # words about killing that are no SIGKILL report of this run give no diagnosis
     assert _first(tmp_path, [step, "Killed 3 stale dataloader workers from the previous epoch", step,
                              "INFO: the watchdog killed nothing", step]) is None
+
+
+def test_slurms_non_fatal_notes_worded_as_errors_are_noise_and_a_killed_step_still_speaks(tmp_path):
+    # the memory accounting's note (logged even when the step was not killed), and a client ignoring a bad option
+    assert _first(tmp_path, ["slurmstepd: error: Exceeded step memory limit at some point. Step may have been partially "
+                             "swapped out to disk.", "done"]) is None
+    assert _first(tmp_path, ["$ SBATCH_EXCLUSIVE=true sbatch --wrap 'hostname'",
+                             "sbatch: error: \"SBATCH_EXCLUSIVE=true\" -- invalid value, ignoring...",
+                             "Submitted batch job 1152535"]) is None
+    # the step killed for its memory, and a task that failed, still speak
+    assert _first(tmp_path, ["slurmstepd: error: Exceeded step memory limit at some point.",
+                             "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4242.0. Some of your processes "
+                             "may have been killed by the cgroup out-of-memory handler."]) == "oom.host"
+    assert _first(tmp_path, ["srun: error: node7: task 0: Exited with exit code 1"]) == "unknown"
