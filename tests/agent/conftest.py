@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -20,17 +19,12 @@ import httpx
 import pytest
 
 from agent.fixtures import H100_SXM_8X
+from tests.listening import PORT_TAKEN, free_port, listens
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (the kernel's choice)."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+PORT_ATTEMPTS = 3
 
 
 def make_token(directory: Path, name: str = "agent.token") -> Path:
@@ -47,28 +41,32 @@ class AgentProcess:
                  tls: Optional[tuple[Path, Path]] = None) -> None:
         self.workdir = workdir
         self.node_name = node_name
-        self.port = free_port()
         #: ``(certificate, key)``: the agent serves HTTPS only (``--tls-cert``/``--tls-key``).
         self.tls = tls
-        self.url = f"{'https' if tls else 'http'}://{LOOPBACK}:{self.port}"
         if tls is not None:
             extra_args = ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1]), *extra_args]
         self.token_file = token_file or make_token(workdir, f"{node_name}.token")
         self.token = self.token_file.read_text().strip()
         self.log_path = workdir / f"{node_name}.log"
-        argv = [
-            sys.executable, "-m", "agent", "serve",
-            "--host", LOOPBACK, "--port", str(self.port),
-            "--token-file", str(self.token_file),
-            "--node-name", node_name,
-            "--disk-path", str(workdir),
-            "--disk-path", str(workdir / "not-created-yet"),
-            "--log-level", "warning",
-            *extra_args,
-        ]
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait_healthy()
+        for _ in range(PORT_ATTEMPTS):  # a port another test took between the kernel's choice and the bind: another one
+            self.port = free_port()
+            self.url = f"{'https' if tls else 'http'}://{LOOPBACK}:{self.port}"
+            argv = [
+                sys.executable, "-m", "agent", "serve",
+                "--host", LOOPBACK, "--port", str(self.port),
+                "--token-file", str(self.token_file),
+                "--node-name", node_name,
+                "--disk-path", str(workdir),
+                "--disk-path", str(workdir / "not-created-yet"),
+                "--log-level", "warning",
+                *extra_args,
+            ]
+            self._log = open(self.log_path, "wb")
+            self.process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            if self._wait_healthy():
+                return
+            self._log.close()
+        raise RuntimeError(f"agent {node_name}: {PORT_ATTEMPTS} free ports in a row were taken before it bound them:\n{self.log_tail()}")
 
     @property
     def auth(self) -> dict[str, str]:
@@ -96,17 +94,22 @@ class AgentProcess:
                 self.process.wait(5)
         self._log.close()
 
-    def _wait_healthy(self) -> None:
+    def _wait_healthy(self) -> bool:
+        """Until this agent process listens on its port and answers ``/healthz``: True; False when another process took
+        the port first (this one exits, unable to bind); any other exit or no answer in time raises."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                if PORT_TAKEN in self.log_tail():
+                    return False
                 raise RuntimeError(f"agent {self.node_name} exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                verify = ssl.create_default_context(cafile=str(self.tls[0])) if self.tls is not None else True
-                if httpx.get(self.url + "/healthz", timeout=1.0, trust_env=False, verify=verify).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
+            if listens(self.process, self.port):
+                try:
+                    verify = ssl.create_default_context(cafile=str(self.tls[0])) if self.tls is not None else True
+                    if httpx.get(self.url + "/healthz", timeout=1.0, trust_env=False, verify=verify).status_code == 200:
+                        return True
+                except httpx.TransportError:
+                    pass
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"agent {self.node_name} did not answer /healthz within {START_TIMEOUT_S} s:\n{self.log_tail()}")

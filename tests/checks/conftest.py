@@ -19,15 +19,6 @@ FAST = {"bandwidth_seconds": 0.3}
 """Probe options that keep a checklist run short in tests (the bandwidth stream is 0.3 s)."""
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(config, **kw) -> list[CheckResult]:
     """The full checklist against ``config`` with short probes."""
     kw.setdefault("options", FAST)

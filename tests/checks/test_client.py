@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from shared.config import ClusterConfig, FtwizConfig, NodeConfig
-from tests.checks.conftest import free_port
 from tests.cluster.harness import REPO_ROOT
+from tests.listening import PORT_TAKEN, free_port, listens
 from tui.client import AgentClient, NodeState
 
 
@@ -26,25 +26,39 @@ def agent(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("agent")
     token = tmp / "agent.token"
     subprocess.run([sys.executable, "-m", "agent", "token", str(token)], cwd=REPO_ROOT, check=True, capture_output=True)
-    port = free_port()
-    log = open(tmp / "agent.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "--host", "127.0.0.1", "--port", str(port), "--token-file", str(token),
-                             "--node-name", "solo", "--disk-path", str(tmp)], cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1, trust_env=False).status_code == 200:
+    for _ in range(3):  # a port another test took between the kernel's choice and the bind: another one
+        port = free_port()
+        log = open(tmp / "agent.log", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "agent", "--host", "127.0.0.1", "--port", str(port), "--token-file", str(token),
+                                 "--node-name", "solo", "--disk-path", str(tmp)], cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not _serving(proc, port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                proc.wait(timeout=10)
                 break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
+            time.sleep(0.1)
+        else:
+            break
+        log.close()
+        if PORT_TAKEN not in (tmp / "agent.log").read_text():
             pytest.fail(f"agent did not start: {(tmp / 'agent.log').read_text()[-2000:]}")
-        time.sleep(0.1)
+    else:
+        pytest.fail(f"agent did not start: three free ports were taken first: {(tmp / 'agent.log').read_text()[-2000:]}")
     yield port, token
     proc.terminate()
     proc.wait(timeout=10)
     log.close()
+
+
+def _serving(proc: subprocess.Popen, port: int) -> bool:
+    """``proc`` itself listens on ``port`` (not another test's process) and answers ``/healthz``."""
+    if not listens(proc, port):
+        return False
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def config_for(nodes: list[tuple[str, str, int]], token: Path) -> FtwizConfig:

@@ -9,7 +9,7 @@ import sys
 import httpx
 
 from shared.config import ClusterConfig, FtwizConfig, JobConfig, NodeConfig
-from tests.checks.conftest import free_port
+from tests.listening import free_port
 from tui.local_agent import LocalAgent
 
 

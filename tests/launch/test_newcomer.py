@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.listening import free_port
+
 pytestmark = pytest.mark.slow  # real torchrun runs
 
 TRAIN = '''\
@@ -44,12 +46,6 @@ dist.destroy_process_group()
 REGEX = r"iter (?P<step>\d+): loss (?P<loss>[0-9.]+)"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _project(tmp_path: Path, script: str = "train.py", *, total: int = 30) -> Path:
     """The user's directory: train.py and the ftwiz.toml the README's "Your own script on this machine" shows."""
     code = tmp_path / "proj"
@@ -59,8 +55,8 @@ def _project(tmp_path: Path, script: str = "train.py", *, total: int = 30) -> Pa
     config = code / "ftwiz.toml"
     config.write_text(f'''\
 [cluster]
-agent_port = {_free_port()}
-rendezvous_port = {_free_port()}
+agent_port = {free_port()}
+rendezvous_port = {free_port()}
 agent_token_file = "{token}"
 agent_timeout_s = 20   # a freshly started agent on a loaded 2-core machine answers late; the README's config keeps 3 s
 

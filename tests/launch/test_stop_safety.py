@@ -26,17 +26,12 @@ import pytest
 from nodeside.procmatch import start_time
 from shared.config import ClusterConfig, FtwizConfig, JobConfig, NodeConfig, default_config
 from tests.launch.conftest import run_pids, wait_until
-from tui.launch.options import RunOptions
-from tui.runs.record import RunRecord
-from tui.launch.run import Run
+from tests.listening import free_port
 from tui.launch.nodecode import helper_argv
+from tui.launch.options import RunOptions
+from tui.launch.run import Run
 from tui.runs.index import index_path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tui.runs.record import RunRecord
 
 
 @pytest.fixture
@@ -66,7 +61,7 @@ def test_stop_of_a_finished_run_leaves_a_reused_group_id_and_the_record_alone(tm
     """The record names this machine's default one-node cluster (what `--stop` acted on before), with the
     pgid that the unrelated `sleep` now leads; before the fix this killed the sleep and wrote "stopped"."""
     config = default_config(hostname=socket.gethostname(), python=sys.executable, token_file=str(tmp_path / "token"))
-    config.nodes[0].agent_port = _free_port()
+    config.nodes[0].agent_port = free_port()
     node = config.nodes[0].name
     where = tmp_path / "a"
     record = RunRecord.create(where / "runs", "20260101-000000-f1a1", cluster=config.cluster.name, config=config.model_dump(mode="json"))
@@ -87,7 +82,7 @@ def test_attach_to_a_finished_run_follows_nothing_and_leaves_the_record_alone(tm
     """``--attach`` of a final record used to reconnect, mark the run ``running`` and supervise it again. Now it names
     how each node ended and where its log is, signals and writes nothing, and exits as the run did."""
     config = default_config(hostname=socket.gethostname(), python=sys.executable, token_file=str(tmp_path / "token"))
-    config.nodes[0].agent_port = _free_port()
+    config.nodes[0].agent_port = free_port()
     node = config.nodes[0].name
     where = tmp_path / "a"
     for run_id, status, code in (("20260101-000000-a1a1", "succeeded", 0), ("20260101-000000-a1a2", "failed", 1)):
@@ -110,7 +105,7 @@ def test_stop_of_a_live_run_leaves_a_group_whose_leader_started_at_another_time(
     """A detached (live) run's record names a group id now led by an unrelated process (another start time):
     `ftwiz --stop` signals nothing of it — the run's processes are found by their tag, and there are none."""
     config = default_config(hostname=socket.gethostname(), python=sys.executable, token_file=str(tmp_path / "token"))
-    config.nodes[0].agent_port = _free_port()
+    config.nodes[0].agent_port = free_port()
     config.nodes[0].workdir = str(tmp_path / "work")
     node = config.nodes[0].name
     where = tmp_path / "a"
@@ -159,7 +154,7 @@ def _sleeper_config(tmp_path: Path) -> FtwizConfig:
     code.mkdir()
     (code / "sleeper.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
     node = NodeConfig(name="here", host="127.0.0.1", local=True, python=sys.executable, workdir=str(tmp_path / "work"),
-                      gpus=0, agent_port=_free_port())
+                      gpus=0, agent_port=free_port())
     return FtwizConfig(cluster=ClusterConfig(name="stopsafety", agent_token_file=str(tmp_path / "token")), nodes=[node],
                        job=JobConfig(workload="command", command=["sleeper.py"], code_dir=str(code)))
 

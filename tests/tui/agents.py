@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,23 +21,17 @@ from typing import Optional, Sequence
 import httpx
 
 from shared.config import FtwizConfig
+from tests.listening import free_port, listens
 from tests.tui.fixture_cluster import FIXTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    """A port nothing listens on now (the kernel's choice), taken once per test process."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-AGENT_PORT = _free_port()
+AGENT_PORT = free_port()
 """The port every loopback agent of these tests listens on (each on its own address). Chosen per process: the
 session fixtures of each pytest-xdist worker, and of any other suite running on this machine, start agents on
 the same addresses, so a fixed port would meet another run's agent (HTTP 401: another token)."""
-RENDEZVOUS_PORT = _free_port()
+RENDEZVOUS_PORT = free_port()
 """torchrun's rendezvous port in these tests (chosen per process like the agents')."""
 
 
@@ -126,7 +119,8 @@ def _wait_healthy(agent: LoopbackAgent, deadline: float) -> None:
         if agent.process is not None and agent.process.poll() is not None:
             raise RuntimeError(f"agent {agent.name} exited with {agent.process.returncode}: {_tail(agent.log_path)}")
         try:
-            if httpx.get(url, timeout=1.0, trust_env=False).status_code == 200:
+            # this agent's own socket: an answer on the port may come from a process that took it first
+            if agent.process is not None and listens(agent.process, AGENT_PORT) and httpx.get(url, timeout=1.0, trust_env=False).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

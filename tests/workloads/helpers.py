@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import psutil
 
 from agent.workloads.protocol import parse_line
 from shared.protocol import Record
+from tests.listening import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "agent" / "workloads"
@@ -38,13 +38,6 @@ class Result:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def workload_env(rundir: Path) -> dict[str, str]:

@@ -8,13 +8,13 @@ tensors) with a single process's gradients of ``Σ per-sample loss / batch``.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from agent.workloads.balance import MIN_GAIN, RankShare, drifted, env_for, plan_shares, step_slices, step_time
+from tests.listening import free_port
 
 
 @pytest.mark.parametrize(("batch", "speeds", "caps", "expected"), [
@@ -157,12 +157,6 @@ class _nothing:
         return False
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
 def test_unequal_shares_give_the_single_process_gradient(tmp_path: Path, sharding: str):
     import torch
@@ -172,7 +166,7 @@ def test_unequal_shares_give_the_single_process_gradient(tmp_path: Path, shardin
 
     out = str(tmp_path / "grads.pt")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_rank_main, args=(2, _free_port(), out, sharding), nprocs=2, join=True)
+    mp.spawn(_rank_main, args=(2, free_port(), out, sharding), nprocs=2, join=True)
     balanced = torch.load(out)
     reference = _model()
     samples = _samples()
@@ -273,6 +267,7 @@ def test_calibration_and_drift_see_each_ranks_own_compute(tmp_path: Path, shardi
     Under FSDP every forward all-gathers, so a fast rank's wall time is the slow one's: the calibration timed the
     passes' wall time (every rank read at the slowest one's speed: 8/8 here) and there was no drift check."""
     import json
+
     import torch.multiprocessing as mp
 
     job = tmp_path / "job.json"
@@ -280,7 +275,7 @@ def test_calibration_and_drift_see_each_ranks_own_compute(tmp_path: Path, shardi
                                "max_micro_batch": {"n0": 8, "n1": 8}}))
     out = tmp_path / "shares.json"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_balancer_main, args=(2, _free_port(), str(out), str(job), sharding), nprocs=2, join=True)
+    mp.spawn(_balancer_main, args=(2, free_port(), str(out), str(job), sharding), nprocs=2, join=True)
     shares = json.loads(out.read_text())
     assert sum(shares["calibrated"]) == 16 and shares["calibrated"][0] > shares["calibrated"][1], shares
     assert sum(shares["drifted"]) == 16 and shares["drifted"][1] > shares["drifted"][0], shares

@@ -1,0 +1,35 @@
+"""Which process answers on a loopback port: the tests' agents take a free port from the kernel, then bind it.
+
+Between the two another test's listener (the other xdist worker) can take the port; the agent then fails to bind
+(``address already in use``) while ``/healthz`` on the port answers 200 from the other process, and the test talks
+to a stranger with a different token (a CI dry run failed two probe tests that way). A start is proven by the
+process itself holding the listening socket, never by an answer on the port.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import psutil
+
+__all__ = ["PORT_TAKEN", "free_port", "listens"]
+
+PORT_TAKEN = "address already in use"
+"""What uvicorn logs when the port it was given was taken first (then the agent exits)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (the kernel's choice; a claim until something binds it)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def listens(process: subprocess.Popen, port: int) -> bool:
+    """Whether ``process`` itself holds a listening TCP socket on ``port``."""
+    try:
+        connections = psutil.Process(process.pid).net_connections(kind="tcp")
+    except psutil.Error:  # it exited, or is exiting
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections)
