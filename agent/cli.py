@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import logging
 import os
@@ -102,6 +103,10 @@ def _serve(args: argparse.Namespace) -> int:
     if tls_problem:
         print(f"ftwiz-agent: {tls_problem}", file=sys.stderr)
         return EXIT_USAGE
+    port_problem = _listen_problem(args.host, args.port)
+    if port_problem:
+        print(f"ftwiz-agent: {port_problem}", file=sys.stderr)
+        return EXIT_USAGE
     settings = AgentSettings(
         node_name=args.node_name or socket.gethostname(),
         token=token,
@@ -146,9 +151,38 @@ def _serve(args: argparse.Namespace) -> int:
     # The sampler threads run Python between NVML/psutil calls; at the default 5 ms switch interval a
     # request arriving then waits up to 5 ms for the GIL. 1 ms bounds that wait (p99 of /v1/report).
     sys.setswitchinterval(0.001)
-    server.run()
-    # uvicorn returns instead of raising when it cannot bind; its log line says why.
+    server.run()  # a bind that fails anyway (taken since the check) ends in uvicorn's sys.exit(3), its log line saying why
     return 0 if server.started else 1
+
+
+def _listen_problem(host: str, port: int) -> Optional[str]:
+    """Why the agent could not listen on ``host:port``, found by binding it as uvicorn will and letting go (None: it can).
+
+    Checked before the app starts its samplers, so a second agent on a taken port (the systemd unit's, a test's)
+    says so in one line with the fix, instead of uvicorn's bare errno after a lifespan start and stop."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        return f"--host {host}: {error.strerror}"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's create_server does
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                where = f"{host}:{port}"
+                if error.errno == errno.EADDRINUSE:
+                    return (f"cannot listen on {where}: address already in use. Another ftwiz-agent (systemctl status "
+                            f"ftwiz-agent) or another program holds the port (ss -ltnp 'sport = :{port}' names it): stop it, "
+                            "or give this agent another --port (and the node's agent_port in ftwiz.toml)")
+                if error.errno == errno.EADDRNOTAVAIL:
+                    return f"cannot listen on {where}: --host {host} is not an address of this machine"
+                if error.errno == errno.EACCES:
+                    return f"cannot listen on {where}: ports below 1024 need root; use the default --port {DEFAULT_PORT}"
+                return f"cannot listen on {where}: {error.strerror or error}"
+    return None
 
 
 def _tls_problem(args: argparse.Namespace) -> Optional[str]:

@@ -89,6 +89,24 @@ def test_serve_explains_a_bad_gpu_fixture(tmp_path: Path) -> None:
     assert result.returncode == 2 and '"source"' in result.stderr and "Traceback" not in result.stderr
 
 
+def test_serve_explains_a_port_another_program_holds(tmp_path: Path) -> None:
+    token = tmp_path / "agent.token"
+    assert agent_cli("token", str(token)).returncode == 0
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        result = agent_cli("--token-file", str(token), "--host", "127.0.0.1", "--port", str(port), timeout=30)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: address already in use" in result.stderr
+    assert "another --port" in result.stderr and f"sport = :{port}" in result.stderr
+
+
+def test_serve_explains_a_host_that_is_not_this_machines(tmp_path: Path) -> None:
+    token = tmp_path / "agent.token"
+    assert agent_cli("token", str(token)).returncode == 0
+    result = agent_cli("--token-file", str(token), "--host", "192.0.2.1", "--port", str(free_port()), timeout=30)  # TEST-NET-1
+    assert result.returncode == 2 and "--host 192.0.2.1 is not an address of this machine" in result.stderr
+
+
 @pytest.mark.parametrize("args", [["--interval", "0"], ["--port", "70000"], ["--probe-allow", "not-a-net"], ["--log-level", "loud"]])
 def test_bad_options_are_usage_errors(args: list[str]) -> None:
     result = agent_cli(*args, timeout=30)
