@@ -144,6 +144,8 @@ class JobConfig(_Section):
     sizes_mb: list[float] = Field(default_factory=lambda: list(_ALLREDUCE_SIZES_MB), description="allreduce: message sizes in MB.")
     iterations: int = Field(20, ge=1, le=100_000, description="allreduce: timed iterations per size.")
     warmup_iterations: int = Field(5, ge=0, le=10_000, description="allreduce: untimed warm-up iterations per size.")
+    pause_s: float = Field(0.0, ge=0, le=3600, description="allreduce: seconds every rank waits after each size (0: none). With many sizes, a long and "
+                           "light soak of the links: sizes_mb = [1.0] * 3600 with pause_s = 1 all-reduces 1 MB about once a second for an hour.")
 
     command: list[str] = Field(default_factory=list, description='workload = "command": your script and its arguments (["train.py", "--lr", "1e-4"]) or ["-m", "module", ...].')
     code_dir: str = Field(".", description='workload = "command": directory shipped to every node (relative to ftwiz.toml); "" = already on every node.')
@@ -189,6 +191,9 @@ class JobConfig(_Section):
             raise ValueError('balance: balance = "auto" for your own code splits the global batch micro_batch_size × grad_accum_steps × '
                              "ranks between the ranks: declare micro_batch_size and grad_accum_steps in [job] (your code reads its "
                              'share from FTWIZ_MICRO_BATCH and FTWIZ_GRAD_ACCUM), or set balance = "off"')
+        if self.workload == "allreduce" and self.pause_s >= self.stall_timeout_s:
+            raise ValueError(f"pause_s: each size's heartbeat comes pause_s = {self.pause_s:g} s after the last, and a run silent for "
+                             f"stall_timeout_s = {self.stall_timeout_s:g} s is stopped as a stall: make pause_s shorter or stall_timeout_s longer")
         return self
 
     @field_validator("sizes_mb")
@@ -206,7 +211,7 @@ WORKLOAD_KEYS: dict[str, frozenset[str]] = {
     "sft": frozenset({"model", "dataset", "method", "seq_len", "micro_batch_size", "grad_accum_steps", "epochs", "max_steps",
                       "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "gradient_checkpointing",
                       "precision", "optimizer", "sharding", "fsdp_offload", "save_steps", "logging_steps"}),
-    "allreduce": frozenset({"sizes_mb", "iterations", "warmup_iterations"}),
+    "allreduce": frozenset({"sizes_mb", "iterations", "warmup_iterations", "pause_s"}),
     "command": frozenset({"command", "code_dir", "requires", "env", "progress_regex", "progress_total",
                           "model", "method", "seq_len", "micro_batch_size", "grad_accum_steps"}),
 }

@@ -6,8 +6,11 @@ The namespace-cluster fixtures (``cluster3``, ``make_cluster``, ``cluster_suppor
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
+
+from tests.assets import tiny_llama
 
 pytest_plugins = ["tests.cluster.fixtures"]
 
@@ -33,3 +36,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 2
 
     items.sort(key=weight)
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The workloads' tiny Llama and 200 JSONL records, built once for every worker (tests/assets.py)."""
+    return tiny_llama(tmp_path_factory)

@@ -4,7 +4,8 @@ Per size: a float32 tensor filled with ``rank + 1`` is summed and checked agains
 element; then ``warmup_iterations`` untimed and ``iterations`` timed all-reduces (barrier first, CUDA
 synchronised around the loop); then a second verified all-reduce. Every rank's verdict and time are
 reduced, so all ranks agree: rank 0 emits one ``allreduce`` line per size and prints a table, and every
-rank exits 3 when any element on any rank was wrong.
+rank exits 3 when any element on any rank was wrong. With ``pause_s``, every rank waits that long
+before the next size (a long soak that keeps the links in use without keeping the cores busy).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def run(spec: Spec, ranks: Ranks, backend: str) -> int:
     device = device_for(backend, ranks)
     world = dist.get_world_size()
     iterations, warmup = int(spec["iterations"]), int(spec["warmup_iterations"])
+    pause_s = float(spec["pause_s"])
     if ranks.is_main:
         print(f"# ftwiz all-reduce: world_size={world} backend={backend} iterations={iterations} warmup={warmup}", flush=True)
         print(f"# {'size(B)':>12} {'time(us)':>11} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  correct", flush=True)
@@ -60,7 +62,7 @@ def run(spec: Spec, ranks: Ranks, backend: str) -> int:
     for step, size_mb in enumerate(spec["sizes_mb"], 1):
         result = measure(size_mb, rank=ranks.rank, device=device, iterations=iterations, warmup=warmup)
         all_correct = all_correct and result.correct
-        emit("heartbeat", rank=ranks.rank, step=step)
+        emit("heartbeat", rank=ranks.rank, step=step, time=round(time.time(), 3))
         if ranks.is_main:
             emit(
                 "allreduce", rank=0, size_bytes=result.size_bytes, world_size=world, iterations=iterations,
@@ -69,6 +71,8 @@ def run(spec: Spec, ranks: Ranks, backend: str) -> int:
             )
             print(f"  {result.size_bytes:>12} {result.seconds * 1e6:>11.1f} {result.algbw_gbps:>12.3f} "
                   f"{result.busbw_gbps:>12.3f}  {'yes' if result.correct else 'NO'}", flush=True)
+        if pause_s and step < len(spec["sizes_mb"]):
+            time.sleep(pause_s)
     if not all_correct:
         report_error(
             f"all-reduce returned wrong sums (expected {world * (world + 1) // 2} in every element on every rank): "

@@ -55,6 +55,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "sizes_mb": [1, 4, 16, 64, 256],
     "iterations": 20,
     "warmup_iterations": 5,
+    "pause_s": 0.0,
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "workload": ("sft", "allreduce"),
@@ -144,6 +145,9 @@ def _check_numbers(source: Path, job: dict[str, Any]) -> None:
         raise WorkloadError(f"job spec {source}: max_steps must be -1 (use epochs) or >= 1 (got {job['max_steps']!r})")
     if not isinstance(job["warmup_iterations"], int) or job["warmup_iterations"] < 0:
         raise WorkloadError(f"job spec {source}: warmup_iterations must be >= 0 (got {job['warmup_iterations']!r})")
+    pause = job["pause_s"]
+    if not isinstance(pause, (int, float)) or isinstance(pause, bool) or not 0 <= pause <= 3600:
+        raise WorkloadError(f"job spec {source}: pause_s must be seconds from 0 to 3600 (got {pause!r})")
     sizes = job["sizes_mb"]
     if not isinstance(sizes, list) or not sizes or any(not isinstance(s, (int, float)) or s <= 0 for s in sizes):
         raise WorkloadError(f"job spec {source}: sizes_mb must be a list of positive sizes in MB (got {sizes!r})")

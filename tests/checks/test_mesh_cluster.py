@@ -18,7 +18,6 @@ import pytest
 from tests.checks import shaping
 from tests.cluster.fixtures import require_cluster_support
 from tests.cluster.harness import Cluster, ClusterError
-from tests.launch.conftest import tiny_assets  # noqa: F401 - the fixture, shared with the launch tests
 from tui.checks import run_checklist_full
 
 pytestmark = pytest.mark.cluster
@@ -161,7 +160,7 @@ step, the measured/forecast ratio ranged 1.11-1.44 between runs here)."""
 
 
 @pytest.mark.slow
-def test_forecast_follows_the_measured_sync_of_a_full_finetune(cluster, tmp_path, monkeypatch, tiny_assets):  # noqa: F811
+def test_forecast_follows_the_measured_sync_of_a_full_finetune(cluster, tmp_path, monkeypatch, tiny_assets):
     from tui.launch import commands
     from tui.runs.record import latest_run_id
 

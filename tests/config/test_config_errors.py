@@ -110,3 +110,9 @@ def test_balance_auto_for_your_own_code_needs_a_declared_batch():
     assert (err.field, err.line) == ("job.balance", 7)
     assert "declare micro_batch_size and grad_accum_steps" in err.message and 'balance = "off"' in err.message
     parse_config(NODE + '[job]\nworkload = "command"\ncommand = ["train.py"]\nbalance = "auto"\ngrad_accum_steps = 4\n', "ftwiz.toml")
+
+
+def test_an_allreduce_pause_longer_than_the_stall_window_is_refused():
+    err = _error(NODE + '[job]\nworkload = "allreduce"\npause_s = 30\nstall_timeout_s = 20\n')
+    assert err.field == "job.pause_s" and "stall_timeout_s = 20 s" in err.message and "make pause_s shorter" in err.message
+    assert parse_config(NODE + '[job]\nworkload = "allreduce"\npause_s = 0.5\n', "ftwiz.toml").job.pause_s == 0.5

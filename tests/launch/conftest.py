@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
-
-import pytest
 
 from tui.launch.events import Event, LogLine, ProgressChanged, RunNote
 from tui.launch.run import Run, RunOptions
@@ -153,21 +149,10 @@ def make_run(config, tmp_path: Path, **kw: Any) -> Run:
 
 
 def long_allreduce(cluster, gpus=(2, 1, 1), **job: Any):
-    """A config running an all-reduce for a long while (a heartbeat per size, every fraction of a second)."""
-    job = {"workload": "allreduce", "sizes_mb": [0.25] * 2000, "iterations": 20, "warmup_iterations": 0, **job}
+    """A config running an all-reduce for minutes unless stopped: a heartbeat per size, a fifth of a second apart
+    (``pause_s``: the ranks sleep between sizes, so a run that only has to be there leaves the cores to the test)."""
+    job = {"workload": "allreduce", "sizes_mb": [0.25] * 2000, "iterations": 2, "warmup_iterations": 0, "pause_s": 0.2, **job}
     config = cluster.config(**job)
     for node, count in zip(config.nodes, gpus):
         node.gpus = count
     return config
-
-
-@pytest.fixture(scope="session")
-def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The tiny Llama and a small JSONL dataset, built once with the workloads' own generator."""
-    base = tmp_path_factory.mktemp("tiny")
-    base.chmod(0o755)
-    model, data = base / "model", base / "train.jsonl"
-    for argv in (["--make-tiny-model", str(model)], ["--make-tiny-dataset", str(data), "--records", "200"]):
-        done = subprocess.run([sys.executable, "-m", "agent.workloads", *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-    return {"model": model, "dataset": data}

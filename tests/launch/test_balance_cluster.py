@@ -22,19 +22,17 @@ not what it computes (the same samples per step, the same seed), and a held ``of
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from bench.balance_bench import HIDDEN, LAYERS, run_rate
+from bench.balance_bench import run_rate
+from tests.assets import llama_256, make
 from tests.doctor.cgroup import CpuCgroup, require_cpu_cgroup
 from tests.launch.conftest import RunThread, make_run, rank_pids, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("balance_cluster")]  # one worker builds model_256 once
 
-REPO = Path(__file__).resolve().parents[2]
 STEPS, MEASURED_AFTER = 40, 26
 SLOW_CORES = 0.1
 FSDP_STEPS = 30
@@ -45,14 +43,9 @@ leaves one check whose whole window is held."""
 @pytest.fixture(scope="module")
 def model_256(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny Llama at hidden 256 and 4 layers (compute-bound: see bench/balance_bench.py) and 300 records."""
-    base = tmp_path_factory.mktemp("balance")
-    base.chmod(0o755)
-    model, data = base / "model", base / "train.jsonl"
-    for argv in (["-m", "agent.workloads.tiny", "model", str(model), "--hidden-size", str(HIDDEN), "--layers", str(LAYERS)],
-                 ["-m", "agent.workloads", "--make-tiny-dataset", str(data), "--records", "300"]):
-        done = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
-        assert done.returncode == 0, done.stderr[-2000:]
-    return {"model": model, "dataset": data}
+    data = tmp_path_factory.mktemp("balance") / "train.jsonl"
+    make("-m", "agent.workloads", "--make-tiny-dataset", str(data), "--records", "300")
+    return {"model": llama_256(tmp_path_factory), "dataset": data}
 
 
 def _run(cluster, assets: dict[str, Path], tmp_path: Path, balance: str, *, sharding: str = "ddp", steps: int = STEPS,

@@ -66,7 +66,8 @@ def test_detach_then_attach_then_stop(cluster3, tmp_path, monkeypatch):
 
 def test_sigint_to_the_controller_stops_everything_and_completes_run_json(cluster3, tmp_path):
     runs = tmp_path / "runs"
-    config_path = cluster3.write_config(tmp_path / "ftwiz.toml", workload="allreduce", sizes_mb=[0.25] * 2000, iterations=20, warmup_iterations=0)
+    config_path = cluster3.write_config(tmp_path / "ftwiz.toml", workload="allreduce", sizes_mb=[0.25] * 2000, iterations=2, warmup_iterations=0,
+                                     pause_s=0.2)
     env = dict(os.environ, FTWIZ_RUNS_DIR=str(runs), PYTHONPATH=str(REPO))
     argv = [sys.executable, "-c", "import sys; from tui.cli import main; sys.exit(main())", "--config", str(config_path), "--launch", "--yes"]
     log = open(tmp_path / "controller.log", "w")

@@ -12,6 +12,11 @@ from typing import Any
 from tests.cluster.node import REPO_ROOT
 from tests.cluster.slurm import SlurmCluster
 
+LONG = ('workload = "allreduce"\nsizes_mb = [' + ", ".join(["0.25"] * 2000) + ']\niterations = 2\nwarmup_iterations = 0\n'
+        "pause_s = 0.2\n")
+"""An all-reduce that runs for minutes unless stopped: 2000 sizes, each a heartbeat, a fifth of a second apart
+(``pause_s``: the ranks sleep between sizes, so a run that only has to be there leaves the cores to the test)."""
+
 
 def write_config(slurm: SlurmCluster, path: Path, *, nodes: int = 3, rendezvous_port: int = 29511,
                  job: str = 'workload = "allreduce"\nsizes_mb = [0.25]\niterations = 3\nwarmup_iterations = 1\n',

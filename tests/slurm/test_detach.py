@@ -15,12 +15,9 @@ import pytest
 
 from tests.cluster.slurm import SlurmCluster
 from tests.launch.conftest import run_pids, wait_until
-from tests.slurm.helpers import Ftwiz, write_config
+from tests.slurm.helpers import LONG, Ftwiz, write_config
 
 pytestmark = pytest.mark.slow
-
-#: An all-reduce that runs for minutes unless stopped (2000 sizes × 20 iterations).
-LONG = 'workload = "allreduce"\nsizes_mb = [' + ", ".join(["0.25"] * 2000) + ']\niterations = 20\nwarmup_iterations = 0\n'
 
 
 def _record(runs: Path, run_id: str) -> dict:

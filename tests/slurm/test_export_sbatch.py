@@ -7,10 +7,7 @@ import re
 from pathlib import Path
 
 from tests.cluster.slurm import SlurmCluster
-from tests.launch.conftest import tiny_assets
 from tests.slurm.helpers import ftwiz, write_config
-
-__all__ = ["tiny_assets"]  # the fixture, imported so this module can use it
 
 
 def test_exported_script_runs_the_allreduce_on_every_node(slurm3: SlurmCluster, tmp_path) -> None:

@@ -16,8 +16,7 @@ import pytest
 
 from tests.cluster.slurm import SlurmCluster
 from tests.launch.conftest import run_pids, wait_until
-from tests.slurm.helpers import Ftwiz, ftwiz, write_config
-from tests.slurm.test_detach import LONG
+from tests.slurm.helpers import LONG, Ftwiz, ftwiz, write_config
 
 pytestmark = pytest.mark.slow
 

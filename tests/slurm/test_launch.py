@@ -18,10 +18,8 @@ import pytest
 
 from tests.cluster.node import REPO_ROOT
 from tests.cluster.slurm import SlurmCluster
-from tests.launch.conftest import rank_pid, run_pids, tiny_assets, wait_until
-from tests.slurm.helpers import Ftwiz, write_config
-
-__all__ = ["tiny_assets"]  # the fixture, imported so this module can use it
+from tests.launch.conftest import rank_pid, run_pids, wait_until
+from tests.slurm.helpers import LONG, Ftwiz, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +56,7 @@ def test_allreduce_through_srun_then_the_job_is_cancelled(slurm3: SlurmCluster, 
 
 
 def test_a_killed_rank_stops_every_node_and_ends_the_job(slurm3: SlurmCluster, tmp_path: Path) -> None:
-    job = 'workload = "allreduce"\nsizes_mb = [' + ", ".join(["0.25"] * 2000) + ']\niterations = 20\nwarmup_iterations = 0\n'
-    config = write_config(slurm3, tmp_path / "ftwiz.toml", rendezvous_port=29522, job=job)
+    config = write_config(slurm3, tmp_path / "ftwiz.toml", rendezvous_port=29522, job=LONG)
     ftwiz = Ftwiz(slurm3, config, tmp_path / "runs")
     try:
         assert wait_until(lambda: "".join(ftwiz.out).count("started: rank") == 3 or ftwiz.proc.poll() is not None, 300), \
@@ -113,8 +110,7 @@ def _record_of(runs: Path, run_id: str) -> dict:
 
 
 def test_a_hung_rank_is_a_stall_stop_everywhere(slurm3: SlurmCluster, tmp_path: Path) -> None:
-    job = ('workload = "allreduce"\nsizes_mb = [' + ", ".join(["0.25"] * 2000) + ']\niterations = 20\n'
-           "warmup_iterations = 0\nstall_timeout_s = 15\nfirst_step_grace_s = 120\n")
+    job = LONG + "stall_timeout_s = 15\nfirst_step_grace_s = 120\n"
     config = write_config(slurm3, tmp_path / "ftwiz.toml", rendezvous_port=29524, job=job)
     ftwiz = Ftwiz(slurm3, config, tmp_path / "runs")
     try:

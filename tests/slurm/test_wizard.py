@@ -10,8 +10,7 @@ import pytest
 
 from tests.cluster.slurm import SlurmCluster
 from tests.launch.conftest import run_pids, wait_until
-from tests.slurm.helpers import write_config
-from tests.slurm.test_detach import LONG
+from tests.slurm.helpers import LONG, write_config
 from tests.tui.screen_text import flat_text, screen_text
 from tests.tui.waiting import wait_for
 from tui.app.screens.checklist_screen import ChecklistScreen

@@ -42,18 +42,3 @@ def make_app(loopback: LoopbackCluster, tmp_path: Path) -> Callable[..., FtwizAp
         return FtwizApp(config, config_path, **kwargs)
 
     return factory
-
-
-@pytest.fixture(scope="session")
-def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The workloads' tiny Llama and a small JSONL dataset (their own generator; nothing downloaded)."""
-    import subprocess
-    import sys
-
-    base = tmp_path_factory.mktemp("tui-tiny")
-    model, data = base / "model", base / "train.jsonl"
-    for argv in (["--make-tiny-model", str(model)], ["--make-tiny-dataset", str(data), "--records", "200"]):
-        done = subprocess.run([sys.executable, "-m", "agent.workloads", *argv], cwd=Path(__file__).resolve().parents[2],
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-    return {"model": model, "dataset": data}

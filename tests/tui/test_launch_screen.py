@@ -101,7 +101,7 @@ async def test_allreduce_check_runs_to_the_end_with_logs_and_result(solo, tmp_pa
 
 
 async def test_stop_asks_then_stops_every_rank(solo, tmp_path):
-    app = _app(solo, tmp_path, workload="allreduce", sizes_mb=[64], iterations=100_000, warmup_iterations=1)
+    app = _app(solo, tmp_path, workload="allreduce", sizes_mb=[1] * 2000, iterations=2, warmup_iterations=0, pause_s=0.2)
     async with app.run_test(size=(100, 30)) as pilot:
         await _checked(pilot, app)
         await pilot.press("f5")
@@ -189,7 +189,7 @@ async def test_lora_run_plots_loss_and_tokens_per_second(solo, tmp_path, tiny_as
 
 
 async def test_quit_while_running_offers_detach_or_stop(solo, tmp_path):
-    app = _app(solo, tmp_path, workload="allreduce", sizes_mb=[64], iterations=100_000, warmup_iterations=1)
+    app = _app(solo, tmp_path, workload="allreduce", sizes_mb=[1] * 2000, iterations=2, warmup_iterations=0, pause_s=0.2)
     async with app.run_test(size=(100, 30)) as pilot:
         await _checked(pilot, app)
         await pilot.press("f5")

@@ -30,9 +30,11 @@ SIZES_MB = [0.25, 1]
 
 
 def test_two_ranks_sum_correctly_and_report_bandwidth(rundir, tmp_path):
-    spec = write_spec(tmp_path, workload="allreduce", sizes_mb=SIZES_MB, iterations=3, warmup_iterations=1)
+    spec = write_spec(tmp_path, workload="allreduce", sizes_mb=SIZES_MB, iterations=3, warmup_iterations=1, pause_s=1.0)
     result = run(torchrun_argv(spec, nproc=2), rundir, timeout=120)
     assert result.returncode == 0, result.output
+    beats = sorted(r.time for r in result.kind("heartbeat") if r.rank == 0)
+    assert len(beats) == len(SIZES_MB) and beats[1] - beats[0] >= 1.0, beats  # pause_s after each size (a lower bound)
     started = result.kind("started")
     assert sorted(r.rank for r in started) == [0, 1]
     assert {r.world_size for r in started} == {2} and {r.backend for r in started} == {"gloo"}

@@ -15,32 +15,24 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.assets import llama_256, make
 from tui.launch import commands
 from tui.runs.record import latest_run_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp_cluster")]  # one worker builds small_assets once
 
-PACKAGE_SOURCE = Path(__file__).resolve().parents[2] / "agent" / "workloads"
-
 
 @pytest.fixture(scope="module")
 def small_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A hidden-256, 4-layer Llama (about 4.1 M parameters, so a quarter shard is clearly a quarter) and 200 records."""
-    base = tmp_path_factory.mktemp("fsdp-assets")
-    base.chmod(0o755)
-    model, data = base / "model", base / "train.jsonl"
-    for argv in (["-m", "agent.workloads.tiny", "model", str(model), "--hidden-size", "256", "--layers", "4"],
-                 ["-m", "agent.workloads", "--make-tiny-dataset", str(data), "--records", "200"]):
-        done = subprocess.run([sys.executable, *argv], cwd=PACKAGE_SOURCE.parents[1], capture_output=True, text=True, timeout=300, check=False)
-        assert done.returncode == 0, done.stderr[-2000:]
-    return {"model": model, "dataset": data, "base": base}
+    data = tmp_path_factory.mktemp("fsdp-assets") / "train.jsonl"
+    make("-m", "agent.workloads", "--make-tiny-dataset", str(data), "--records", "200")
+    return {"model": llama_256(tmp_path_factory), "dataset": data}
 
 
 def _job(assets, *, sharding: str, method: str = "full", max_steps: int = 6, output_dir: str) -> dict:

@@ -78,7 +78,7 @@ def test_spec_defaults_and_paths(tmp_path):
     spec_path.write_text(json.dumps({"workload": "allreduce", "sizes_mb": [1], "run_id": "r1", "workdir": str(tmp_path / "w"),
                                      "base_dir": str(tmp_path / "b"), "resume": "auto"}))
     spec = load_spec(str(spec_path))
-    assert spec["workload"] == "allreduce" and spec["iterations"] == 20 and spec.run_id == "r1" and spec.resume == "auto"
+    assert spec["workload"] == "allreduce" and spec["iterations"] == 20 and spec["pause_s"] == 0 and spec.run_id == "r1" and spec.resume == "auto"
     assert spec.input_path("data/x.jsonl") == tmp_path / "b" / "data/x.jsonl"
     assert spec.output_path("ckpt") == tmp_path / "w" / "ckpt"
     assert spec.input_path("/abs/model").as_posix() == "/abs/model"
@@ -92,6 +92,8 @@ def test_spec_defaults_and_paths(tmp_path):
     ('{"sizes_mb": []}', "sizes_mb must be a list of positive sizes"),
     ('{"seq_len": 0}', "seq_len must be a whole number >= 1"),
     ('{"max_steps": 0}', "max_steps must be -1"),
+    ('{"pause_s": -1}', "pause_s must be seconds from 0 to 3600"),
+    ('{"pause_s": "1"}', "pause_s must be seconds from 0 to 3600"),
     ('{"resume": 5}', "resume must be"),
 ])
 def test_bad_spec_is_explained(tmp_path, content, expected):
