@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 
+import psutil
 import pytest
 
 from tests.launch.conftest import RunThread, long_allreduce, make_run, rank_pid, run_pids, wait_until
+from tui.launch.links import LinkLost, SshLink
 from tui.launch.run import LaunchError, RunOptions
 
 pytestmark = pytest.mark.slow
@@ -167,3 +170,37 @@ def test_every_node_silent_at_once_keeps_the_run_and_reattaches(cluster3, tmp_pa
         run.request_stop("test over")
     result = watched.join(60)
     assert result.status == "stopped" and not run_pids(run.run_id)
+
+
+def test_an_ssh_connection_that_dies_during_a_command_is_a_lost_link_not_an_exit_status(cluster3):
+    """The sshd processes serving a node's connection killed while a command runs there: the link says LinkLost (the
+    runner drops it and reconnects), never exit status -1, which read as the command's own failure ("the node-side
+    helper failed", "run not found")."""
+    config = cluster3.config(workload="allreduce")
+    link = SshLink(config.nodes[1], config.cluster)
+    command = f"sleep 300.{os.getpid()}"  # one process on this machine runs exactly this
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = link.exec(command, timeout=120)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    sleeper = wait_until(lambda: next((p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == command.split()), None), 30)
+    assert sleeper is not None, outcome
+    try:
+        # the connection's own sshd processes (its privileged monitor and the session), children of the node's
+        # listener, which stays: the node is fine, only this connection dies
+        serving = [p for p in sleeper.parents() if p.name() == "sshd" and p.parent() is not None and p.parent().name() == "sshd"]
+        assert serving, [(p.pid, p.cmdline()) for p in sleeper.parents()]
+        for process in serving:
+            process.kill()
+        thread.join(60)
+    finally:
+        sleeper.kill()
+        link.close()
+    assert not thread.is_alive() and isinstance(outcome.get("error"), LinkLost), outcome
+    assert "closed during the command" in str(outcome["error"]), outcome

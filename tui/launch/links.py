@@ -123,6 +123,25 @@ class _ChannelLines:
             pass
 
 
+TRANSPORT_END_S = 2.0
+"""How long a channel closed without an exit status waits for its transport to say whether it is ending."""
+
+
+def _ending(transport) -> bool:
+    """Whether ``transport`` is going away, for a channel that closed without an exit status.
+
+    That happens two ways: the command was killed by a signal (sshd sends ``exit-signal``, which paramiko does not
+    read: status -1, the connection stays), or the connection died. paramiko's transport thread closes its channels
+    first and marks itself inactive just after, so a dead connection becomes visible here within moments.
+    """
+    deadline = time.monotonic() + TRANSPORT_END_S
+    while transport.is_active():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 class SshLink:
     """A node over one paramiko client, opened with :func:`tui.ssh.connect`."""
 
@@ -140,10 +159,9 @@ class SshLink:
         return transport
 
     def exec(self, command: str, *, timeout: float) -> ExecResult:
+        transport = self._transport()
         try:
-            channel = self._transport().open_session(timeout=min(timeout, self._timeout))
-        except LinkLost:
-            raise
+            channel = transport.open_session(timeout=min(timeout, self._timeout))
         except Exception as exc:
             raise LinkLost(f"{self.node}: cannot open an SSH channel: {exc}") from None
         from tui.ssh import read_to_end
@@ -154,6 +172,8 @@ class SshLink:
             status, out, err = read_to_end(channel, timeout=timeout, what=f"{self.node}: command")  # -1: closed without a status
         finally:
             channel.close()
+        if status == -1 and _ending(transport):
+            raise LinkLost(f"{self.node}: the SSH connection closed during the command")
         return ExecResult(status, out, err)
 
     def stream(self, command: str) -> LineStream:
