@@ -31,7 +31,7 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
     """``session_dir/name``, made by ``build(directory)`` the first time any worker asks (under a lock)."""
     root = session_dir(tmp_path_factory) / "shared-assets"
     root.mkdir(mode=0o755, exist_ok=True)
-    root.chmod(0o755)  # the nodes' processes read these as any user
+    root.chmod(0o755)  # readable by any user, as the fixtures' own directories were (the nodes run as root here)
     target = root / name
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this worker dies

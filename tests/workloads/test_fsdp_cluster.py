@@ -24,7 +24,7 @@ from tests.assets import llama_256, make
 from tui.launch import commands
 from tui.runs.record import latest_run_id
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp_cluster")]  # one worker builds small_assets once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp_cluster")]  # on one worker, handed out first (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
