@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
+from pathlib import Path
+from typing import Any
 
+import httpx
 import psutil
 
-__all__ = ["PORT_TAKEN", "free_port", "listens"]
+__all__ = ["PORT_TAKEN", "free_port", "listens", "wait_serving"]
 
 PORT_TAKEN = "address already in use"
 """What uvicorn logs when the port it was given was taken first (then the agent exits)."""
@@ -33,3 +37,32 @@ def listens(process: subprocess.Popen, port: int) -> bool:
     except psutil.Error:  # it exited, or is exiting
         return False
     return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections)
+
+
+def wait_serving(process: subprocess.Popen, port: int, url: str, *, deadline: float, log: Path, verify: Any = True) -> bool:
+    """Until ``process`` itself listens on ``port`` and ``url`` (its ``/healthz``) answers 200: True.
+
+    False when the process exited because another process took the port first (:data:`PORT_TAKEN` in its ``log``):
+    the caller may take another port. Any other exit, or no answer by ``deadline`` (a ``time.monotonic()``), raises
+    RuntimeError with the end of the log.
+    """
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            if PORT_TAKEN in _tail(log):
+                return False
+            raise RuntimeError(f"exited with {process.returncode}:\n{_tail(log)}")
+        if listens(process, port):
+            try:
+                if httpx.get(url, timeout=1.0, trust_env=False, verify=verify).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.1)
+    raise RuntimeError(f"did not answer {url} in time:\n{_tail(log)}")
+
+
+def _tail(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")[-3000:]
+    except OSError:
+        return ""

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from agent.fixtures import H100_SXM_8X
-from tests.listening import PORT_TAKEN, free_port, listens
+from tests.listening import free_port, wait_serving
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
@@ -97,22 +97,13 @@ class AgentProcess:
     def _wait_healthy(self) -> bool:
         """Until this agent process listens on its port and answers ``/healthz``: True; False when another process took
         the port first (this one exits, unable to bind); any other exit or no answer in time raises."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                if PORT_TAKEN in self.log_tail():
-                    return False
-                raise RuntimeError(f"agent {self.node_name} exited with {self.process.returncode}:\n{self.log_tail()}")
-            if listens(self.process, self.port):
-                try:
-                    verify = ssl.create_default_context(cafile=str(self.tls[0])) if self.tls is not None else True
-                    if httpx.get(self.url + "/healthz", timeout=1.0, trust_env=False, verify=verify).status_code == 200:
-                        return True
-                except httpx.TransportError:
-                    pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"agent {self.node_name} did not answer /healthz within {START_TIMEOUT_S} s:\n{self.log_tail()}")
+        verify = ssl.create_default_context(cafile=str(self.tls[0])) if self.tls is not None else True
+        try:
+            return wait_serving(self.process, self.port, self.url + "/healthz", deadline=time.monotonic() + START_TIMEOUT_S,
+                                log=self.log_path, verify=verify)
+        except RuntimeError as exc:
+            self.stop()
+            raise RuntimeError(f"agent {self.node_name} {exc}") from None
 
 
 def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.2, what: str = "condition"):

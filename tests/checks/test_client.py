@@ -11,12 +11,11 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from shared.config import ClusterConfig, FtwizConfig, NodeConfig
 from tests.cluster.harness import REPO_ROOT
-from tests.listening import PORT_TAKEN, free_port, listens
+from tests.listening import free_port, wait_serving
 from tui.client import AgentClient, NodeState
 
 
@@ -31,34 +30,21 @@ def agent(tmp_path_factory):
         log = open(tmp / "agent.log", "wb")
         proc = subprocess.Popen([sys.executable, "-m", "agent", "--host", "127.0.0.1", "--port", str(port), "--token-file", str(token),
                                  "--node-name", "solo", "--disk-path", str(tmp)], cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while not _serving(proc, port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                proc.wait(timeout=10)
+        try:
+            if wait_serving(proc, port, f"http://127.0.0.1:{port}/healthz", deadline=time.monotonic() + 60, log=tmp / "agent.log"):
                 break
-            time.sleep(0.1)
-        else:
-            break
-        log.close()
-        if PORT_TAKEN not in (tmp / "agent.log").read_text():
-            pytest.fail(f"agent did not start: {(tmp / 'agent.log').read_text()[-2000:]}")
+        except RuntimeError as exc:
+            proc.kill()
+            proc.wait(timeout=10)
+            log.close()
+            pytest.fail(f"agent did not start: {exc}")
+        log.close()  # another test took the port first: this agent exited, try another
     else:
         pytest.fail(f"agent did not start: three free ports were taken first: {(tmp / 'agent.log').read_text()[-2000:]}")
     yield port, token
     proc.terminate()
     proc.wait(timeout=10)
     log.close()
-
-
-def _serving(proc: subprocess.Popen, port: int) -> bool:
-    """``proc`` itself listens on ``port`` (not another test's process) and answers ``/healthz``."""
-    if not listens(proc, port):
-        return False
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1, trust_env=False).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def config_for(nodes: list[tuple[str, str, int]], token: Path) -> FtwizConfig:

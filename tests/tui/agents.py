@@ -18,10 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-import httpx
-
 from shared.config import FtwizConfig
-from tests.listening import free_port, listens
+from tests.listening import free_port, wait_serving
 from tests.tui.fixture_cluster import FIXTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -114,18 +112,14 @@ def start_agents(workdir: Path, specs: Sequence[tuple[str, str, Optional[str]]],
 
 
 def _wait_healthy(agent: LoopbackAgent, deadline: float) -> None:
+    assert agent.process is not None and agent.log_path is not None
     url = f"http://{agent.address}:{AGENT_PORT}/healthz"
-    while time.monotonic() < deadline:
-        if agent.process is not None and agent.process.poll() is not None:
-            raise RuntimeError(f"agent {agent.name} exited with {agent.process.returncode}: {_tail(agent.log_path)}")
-        try:
-            # this agent's own socket: an answer on the port may come from a process that took it first
-            if agent.process is not None and listens(agent.process, AGENT_PORT) and httpx.get(url, timeout=1.0, trust_env=False).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"agent {agent.name} did not answer {url} in time: {_tail(agent.log_path)}")
+    try:
+        if wait_serving(agent.process, AGENT_PORT, url, deadline=deadline, log=agent.log_path):
+            return
+    except RuntimeError as exc:
+        raise RuntimeError(f"agent {agent.name} {exc}") from None
+    raise RuntimeError(f"agent {agent.name}: another process took {agent.address}:{AGENT_PORT} first: {_tail(agent.log_path)}")
 
 
 def _tail(path: Optional[Path]) -> str:
