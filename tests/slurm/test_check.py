@@ -68,7 +68,8 @@ def test_pending_job_says_why_and_ctrl_c_cancels_it(slurm3: SlurmCluster) -> Non
         assert proc.stderr is not None
         for line in proc.stderr:
             lines.append(line)
-            if "pending: ReqNodeNotAvail" in line:
+            # which scheduler pass looked at the job last decides the words (tui/slurm/reasons.py)
+            if "pending: ReqNodeNotAvail" in line or "pending: Nodes required for job are DOWN" in line:
                 said.set()
 
     reader = threading.Thread(target=read, daemon=True)

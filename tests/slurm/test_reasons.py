@@ -12,6 +12,10 @@ from tui.slurm.reasons import REASONS, explain, hopeless
 def test_reasons_as_squeue_prints_them() -> None:
     # squeue 22.05 printed exactly these on the test cluster (tests/cluster/slurm.py): 4 nodes asked, 3 up.
     assert explain("ReqNodeNotAvail, May be reserved for other job") is REASONS["ReqNodeNotAvail"]
+    # ... and, in one CI dry run on a loaded host, the backfill scheduler's words for the same job (squeue, scontrol)
+    backfill = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+    assert explain(backfill) is explain(backfill.replace(" ", "_")) is REASONS["Nodes required for job are DOWN"]
+    assert explain(backfill).meaning.startswith(REASONS["ReqNodeNotAvail"].meaning) and not hopeless(backfill)
     assert hopeless("PartitionConfig") and not hopeless("Resources") and not hopeless("Priority")
     unknown = explain("SomethingNew")
     assert "SomethingNew" in unknown.meaning and "job_reason_codes" in unknown.fix

@@ -41,6 +41,12 @@ REASONS: dict[str, PendingReason] = {
     "PartitionInactive": PendingReason("the partition is inactive", "ask the admins, or pick another [slurm] partition"),
     "ReqNodeNotAvail": PendingReason("some nodes the job needs are down, drained or reserved",
                                      "wait for the admins, or ask for fewer nodes ([slurm] nodes); `sinfo -R` says why nodes are out"),
+    # The backfill scheduler's words for the same wait (squeue prints them with spaces, scontrol with underscores:
+    # ``Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions``); which of the
+    # two a pending job shows depends on which scheduler pass looked at it last.
+    "Nodes required for job are DOWN": PendingReason(
+        "some nodes the job needs are down, drained or reserved for jobs in higher-priority partitions",
+        "wait for the admins, or ask for fewer nodes ([slurm] nodes); `sinfo -R` says why nodes are out"),
     "NodeDown": PendingReason("a node the job needs is down", "wait, or ask the admins; `sinfo -R` says why"),
     "BadConstraints": PendingReason("no node matches the constraints asked for",
                                     "fix --constraint/--gres in [slurm] sbatch_args or [slurm] gpus_per_node", hopeless=True),
@@ -62,8 +68,8 @@ REASONS: dict[str, PendingReason] = {
 
 
 def explain(reason: str) -> PendingReason:
-    """The row for ``reason`` as squeue prints it (``ReqNodeNotAvail, May be reserved ...`` included)."""
-    code = reason.split(",", 1)[0].split("(", 1)[0].strip()
+    """The row for ``reason`` as squeue or scontrol prints it (``ReqNodeNotAvail, May be reserved ...`` included)."""
+    code = reason.replace("_", " ").split(",", 1)[0].split("(", 1)[0].strip()
     return REASONS.get(code, PendingReason(f"Slurm says {reason!r}", "see `scontrol show job JOB` and "
                                            "https://slurm.schedmd.com/job_reason_codes.html"))
 
