@@ -146,3 +146,21 @@ def test_slurms_non_fatal_notes_worded_as_errors_are_noise_and_a_killed_step_sti
                              "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4242.0. Some of your processes "
                              "may have been killed by the cgroup out-of-memory handler."]) == "oom.host"
     assert _first(tmp_path, ["srun: error: node7: task 0: Exited with exit code 1"]) == "unknown"
+
+
+def test_torchruns_failed_rendezvous_shutdown_at_exit_is_noise_and_a_store_that_cannot_be_reached_still_speaks(tmp_path):
+    # recorded here: a two-node run of the built-in recipe that trained to its last step (test_induced's healthy
+    # scenario, torch 2.13.0); node1's torchrun closed the rendezvous after node0's torchrun, the store's host, had exited
+    node1 = [
+        "[W1128 15:28:25.911799630 TCPStore.cpp:115] [c10d] recvVector failed on SocketImpl(fd=3, addr=[e0de:4a04:ff7f:0:93f7"
+        ":4542:6455:0]:1098, remote=[fdff:ffff:0:0:1::]:16959): Failed to recv, got 0 bytes. Connection was likely closed. "
+        "Did the remote server shutdown or crash?",
+        "W1128 15:28:25.621000 8367 .venv/lib/python3.11/site-packages/torch/distributed/elastic/rendezvous/"
+        "dynamic_rendezvous.py:1298] The node 'localhost_8367_0' has failed to shutdown the rendezvous 'ok' due to an error "
+        "of type RendezvousConnectionError.",
+    ]
+    (tmp_path / "node0.log").write_text("step 1 loss: 1.2498\nstep 2 loss: 1.1762\nstep 3 loss: 1.1163\n")
+    assert _first(tmp_path, node1, name="node1.log") is None
+    assert diagnose_files([tmp_path / "node0.log", tmp_path / "node1.log"]) == []
+    # the store that cannot be reached when the run starts still speaks
+    assert _first(tmp_path, _tuning_case("pytorch-pytorch-67547-1")) == "rendezvous"
