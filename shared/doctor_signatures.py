@@ -378,10 +378,11 @@ NORMAL: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p i
     r"(?:The client socket has (?:timed out|failed to connect)|The hostname of the client socket|The server socket .* will retry)",
     # DDP's performance note on a flag that found nothing to do (the run goes on): reducer.cpp's W line
     r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused parameters",
-    # torchrun's agent closing the rendezvous as it exits, after its workers ended (success or failure): the store lives
-    # in the master's torchrun, which may have exited first (dynamic_rendezvous.py's shutdown, a W line). Seen on a run
-    # that trained to its last step (tests/doctor/test_induced.py's healthy scenario); a failure's cause is elsewhere.
-    r"has failed to shutdown the rendezvous '[^']*' due to an error of type",
+    # torchrun's agent closing the rendezvous as it exits, or its keep-alive thread beating once more, after its workers
+    # ended (success or failure): the store lives in the master's torchrun, which may have exited first
+    # (dynamic_rendezvous.py's shutdown and keep-alive, W lines). Seen on a run that trained to its last step
+    # (tests/doctor/test_induced.py's healthy scenario); a store lost mid-run shows in the workers' own errors.
+    r"has failed to (?:shutdown|send a keep-alive heartbeat to) the rendezvous '[^']*' due to an error of type",
     r"^\*{5,}$",
     # Slurm's non-fatal notes worded as errors: the memory accounting's 'Exceeded step memory limit at some point' (logged
     # even when the step was not killed: galaxyproject/galaxy#1426; a kill is its own line, 'Detected N oom-kill events'
