@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import psutil
 
-__all__ = ["PORT_TAKEN", "free_port", "listens", "wait_serving"]
+__all__ = ["PORT_TAKEN", "free_port", "listens", "log_tail", "wait_serving"]
 
 PORT_TAKEN = "address already in use"
 """What uvicorn logs when the port it was given was taken first (then the agent exits)."""
@@ -48,9 +48,9 @@ def wait_serving(process: subprocess.Popen, port: int, url: str, *, deadline: fl
     """
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            if PORT_TAKEN in _tail(log):
+            if PORT_TAKEN in log_tail(log):
                 return False
-            raise RuntimeError(f"exited with {process.returncode}:\n{_tail(log)}")
+            raise RuntimeError(f"exited with {process.returncode}:\n{log_tail(log)}")
         if listens(process, port):
             try:
                 if httpx.get(url, timeout=1.0, trust_env=False, verify=verify).status_code == 200:
@@ -58,10 +58,13 @@ def wait_serving(process: subprocess.Popen, port: int, url: str, *, deadline: fl
             except httpx.HTTPError:
                 pass
         time.sleep(0.1)
-    raise RuntimeError(f"did not answer {url} in time:\n{_tail(log)}")
+    raise RuntimeError(f"did not answer {url} in time:\n{log_tail(log)}")
 
 
-def _tail(log: Path) -> str:
+def log_tail(log: Path | None) -> str:
+    """The last 3000 characters of a process's log ("" when there is none yet)."""
+    if log is None:
+        return ""
     try:
         return log.read_text(errors="replace")[-3000:]
     except OSError:

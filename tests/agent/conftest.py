@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from agent.fixtures import H100_SXM_8X
-from tests.listening import free_port, wait_serving
+from tests.listening import free_port, log_tail, wait_serving
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
@@ -81,7 +81,7 @@ class AgentProcess:
 
     def log_tail(self) -> str:
         """The last lines the agent logged."""
-        return self.log_path.read_text(errors="replace")[-3000:]
+        return log_tail(self.log_path)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 10 s."""

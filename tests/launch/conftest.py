@@ -148,10 +148,15 @@ def make_run(config, tmp_path: Path, **kw: Any) -> Run:
     return Run(config, options=options, network_env=kw.pop("network_env", None) or network_env(config), **kw)
 
 
+LONG_ALLREDUCE: dict[str, Any] = {"workload": "allreduce", "sizes_mb": [0.25] * 2000, "iterations": 2, "warmup_iterations": 0,
+                                  "pause_s": 0.2}
+"""An all-reduce that runs for minutes unless stopped: 2000 sizes, each a heartbeat, a fifth of a second apart
+(``pause_s``: the ranks sleep between sizes, so a run that only has to be there leaves the cores to the test)."""
+
+
 def long_allreduce(cluster, gpus=(2, 1, 1), **job: Any):
-    """A config running an all-reduce for minutes unless stopped: a heartbeat per size, a fifth of a second apart
-    (``pause_s``: the ranks sleep between sizes, so a run that only has to be there leaves the cores to the test)."""
-    job = {"workload": "allreduce", "sizes_mb": [0.25] * 2000, "iterations": 2, "warmup_iterations": 0, "pause_s": 0.2, **job}
+    """A config running :data:`LONG_ALLREDUCE` (with ``job``'s changes) on ``gpus`` processes per node."""
+    job = {**LONG_ALLREDUCE, **job}
     config = cluster.config(**job)
     for node, count in zip(config.nodes, gpus):
         node.gpus = count

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -11,11 +12,10 @@ from typing import Any
 
 from tests.cluster.node import REPO_ROOT
 from tests.cluster.slurm import SlurmCluster
+from tests.launch.conftest import LONG_ALLREDUCE
 
-LONG = ('workload = "allreduce"\nsizes_mb = [' + ", ".join(["0.25"] * 2000) + ']\niterations = 2\nwarmup_iterations = 0\n'
-        "pause_s = 0.2\n")
-"""An all-reduce that runs for minutes unless stopped: 2000 sizes, each a heartbeat, a fifth of a second apart
-(``pause_s``: the ranks sleep between sizes, so a run that only has to be there leaves the cores to the test)."""
+LONG = "".join(f"{key} = {json.dumps(value)}\n" for key, value in LONG_ALLREDUCE.items())
+""":data:`tests.launch.conftest.LONG_ALLREDUCE` as ``[job]`` lines (JSON's strings, numbers and lists are TOML's)."""
 
 
 def write_config(slurm: SlurmCluster, path: Path, *, nodes: int = 3, rendezvous_port: int = 29511,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from shared.config import FtwizConfig
-from tests.listening import free_port, wait_serving
+from tests.listening import free_port, log_tail, wait_serving
 from tests.tui.fixture_cluster import FIXTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -119,10 +119,6 @@ def _wait_healthy(agent: LoopbackAgent, deadline: float) -> None:
             return
     except RuntimeError as exc:
         raise RuntimeError(f"agent {agent.name} {exc}") from None
-    raise RuntimeError(f"agent {agent.name}: another process took {agent.address}:{AGENT_PORT} first: {_tail(agent.log_path)}")
+    raise RuntimeError(f"agent {agent.name}: another process took {agent.address}:{AGENT_PORT} first: {log_tail(agent.log_path)}")
 
 
-def _tail(path: Optional[Path]) -> str:
-    if path is None or not path.exists():
-        return ""
-    return path.read_text(errors="replace")[-1500:]
