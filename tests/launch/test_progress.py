@@ -81,6 +81,26 @@ def test_headless_printer():
     assert "ftwiz --stop r1" in notes
 
 
+def test_a_checkpoint_is_said_once_and_not_by_repeating_the_step_line():
+    out = io.StringIO()
+    printer = HeadlessPrinter(out, io.StringIO())
+    model = ProgressModel()
+    model.update("node0", 0, Progress(rank=0, step=10, total_steps=20, loss=2.0))
+    printer(ProgressChanged(model.snapshot))
+    model.update("node0", 0, Checkpoint(rank=0, step=10, path="/ckpt/step-10"))
+    printer(ProgressChanged(model.snapshot))
+    model.update("node0", 0, Progress(rank=0, step=11, total_steps=20, loss=1.9))
+    printer(ProgressChanged(model.snapshot))
+    model.update("node0", 0, Progress(rank=0, step=12, total_steps=20, loss=1.8))
+    model.update("node0", 0, Checkpoint(rank=0, step=12, path="/ckpt/step-12"))
+    printer(ProgressChanged(model.snapshot))  # a step and a checkpoint together: one line with both
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("progress | step 10/20  loss 2") and "ckpt" not in lines[0], lines
+    assert lines[1] == "progress | checkpoint saved at step 10", lines
+    assert lines[2].startswith("progress | step 11/20") and lines[2].endswith("ckpt @10"), lines
+    assert lines[3].startswith("progress | step 12/20") and lines[3].endswith("ckpt @12") and len(lines) == 4, lines
+
+
 def test_node_side_errors_print_as_they_come_and_lead_the_failure():
     out, err = io.StringIO(), io.StringIO()
     printer = HeadlessPrinter(out, err)

@@ -13,6 +13,7 @@ import contextlib
 import signal
 import sys
 import threading
+from dataclasses import replace
 from typing import Any, Iterator, Optional, TextIO
 
 from shared.config import FtwizConfig
@@ -23,7 +24,7 @@ from tui.doctor.hook import WHY_PREFIX
 from tui.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from tui.launch.events import Event, LogLine, NodeStateChanged, ProgressChanged, RunFinished, RunNote
 from tui.launch.prepare import new_run, resume_from
-from tui.launch.progress import format_progress
+from tui.launch.progress import ProgressSnapshot, format_progress
 from tui.launch.run import LaunchError, Run, RunOptions
 from tui.launch.trainer_output import BarCollapser
 from tui.runs.index import RunNotFound, find_run
@@ -55,6 +56,15 @@ class HeadlessPrinter:
         self._bars = BarCollapser()  # a tqdm bar prints once, not once per carriage return
         self._why = ""
         self._first_error = ""
+        self._last_snapshot: Optional[ProgressSnapshot] = None
+
+    def _checkpoint_only(self, snap: ProgressSnapshot) -> Optional[int]:
+        """The step of a checkpoint that is the only news since the last line printed (then the line is not repeated)."""
+        last = self._last_snapshot
+        if last is None or snap.last_checkpoint_step in (None, last.last_checkpoint_step):
+            return None
+        unchanged = format_progress(replace(snap, last_checkpoint_step=last.last_checkpoint_step)) == self._last_progress
+        return snap.last_checkpoint_step if unchanged else None
 
     def __call__(self, event: Event) -> None:
         with self._lock:
@@ -79,10 +89,14 @@ class HeadlessPrinter:
             for line in self._bars.feed(event.prefix, node_line(event.node, event.rank, event.text), event.text):
                 print(line, file=self.out, flush=True)
         elif isinstance(event, ProgressChanged):
-            line = format_progress(event.progress)
-            if line != self._last_progress and event.progress.updated_at is not None:
-                self._last_progress = line
-                print(f"progress | {line}", file=self.out, flush=True)
+            snap = event.progress
+            line = format_progress(snap)
+            if line == self._last_progress or snap.updated_at is None:
+                return
+            saved = self._checkpoint_only(snap)
+            self._last_progress, self._last_snapshot = line, snap
+            print(f"progress | checkpoint saved at step {saved}" if saved is not None else f"progress | {line}",
+                  file=self.out, flush=True)
         elif isinstance(event, NodeStateChanged):
             detail = f" ({event.detail})" if event.detail else ""
             print(f"ftwiz: {event.node}: {event.state.value}{detail}", file=self.err, flush=True)
