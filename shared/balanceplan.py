@@ -14,18 +14,22 @@ name (``tui.launch.support.SHIPPED_SHARED``), as it ships ``shared/protocol.py``
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 __all__ = [
-    "DRIFT", "ENV_KEYS", "MIN_GAIN", "CommandBalance", "RankShare", "drifted", "env_for", "plan_command", "plan_even_steps",
-    "plan_shares", "step_slices", "step_time",
+    "DRIFT", "ENV_KEYS", "MIN_GAIN", "CommandBalance", "RankShare", "drifted", "env_for", "fit_costs", "plan_command",
+    "plan_even_steps", "plan_shares", "speed_of", "step_slices", "step_time",
 ]
 
 DRIFT = 0.2
 """Re-balance when a rank's measured speed moved by more than this fraction since the shares were fixed."""
+_MORE_STEPS = 4
+"""FSDP with fixed costs: common micro-step counts tried beyond the uniform split's (each costs every rank its fixed
+cost once more, and lets the larger shares grow)."""
 MIN_GAIN = 0.1
 """Split unevenly only when the measured speeds promise steps at least this much faster than the uniform split."""
 ENV_KEYS = ("FTWIZ_BALANCE", "FTWIZ_GLOBAL_BATCH", "FTWIZ_SAMPLES_PER_STEP", "FTWIZ_MICRO_BATCH", "FTWIZ_GRAD_ACCUM")
@@ -47,42 +51,66 @@ class RankShare:
 
 
 def plan_shares(global_batch: int, speeds: Sequence[float], max_micro: Sequence[int], nodes: Sequence[str], *,
-                same_accum: bool = True, min_gain: float = MIN_GAIN) -> list[RankShare]:
+                same_accum: bool = True, min_gain: float = MIN_GAIN, fixed_s: Optional[Sequence[float]] = None) -> list[RankShare]:
     """Shares of ``global_batch`` samples in proportion to ``speeds`` (samples/s per rank).
 
     Every rank gets at least one sample. ``same_accum`` (FSDP: every forward is a collective) gives every rank
     the least number of micro-steps that keeps each micro-batch within its ``max_micro`` (the estimator's fit for
     its GPU), and so at least that many samples; otherwise (DDP syncs once, after each rank's last backward)
     each rank runs its own least number, so a slow rank's few samples stay in full micro-batches.
-    The split is uniform unless the proportional one promises steps at least ``min_gain`` faster by the
-    measured speeds (a noisy measure of equal ranks must not cost the even cluster).
+    ``fixed_s`` is each rank's cost per micro-step whatever its size (seconds: kernel launches, the Python of a
+    forward, a hook); with it a rank's step takes ``micro-steps × fixed + samples / speed`` and the shares even
+    those times out (one sample at a time to the rank that finishes it first), so a rank whose micro-steps cost
+    much more than their samples is not handed samples it cannot finish in time.
+    The split is uniform unless the other one promises steps at least ``min_gain`` faster by the measured speeds
+    (a noisy measure of equal ranks must not cost the even cluster).
     """
     world = len(speeds)
     if world == 0 or len(max_micro) != world or len(nodes) != world:
         raise ValueError("speeds, max_micro and nodes need one entry per rank")
+    if fixed_s is not None and len(fixed_s) != world:
+        raise ValueError("fixed_s needs one entry per rank")
     if global_batch < world:
         raise ValueError(f"global batch {global_batch} is smaller than the {world} ranks")
     if any(m < 1 for m in max_micro):
         raise ValueError("every rank must fit a micro-batch of at least one sample")
     weights = [max(float(s), 0.0) for s in speeds]
-    uniform = _largest_remainder(global_batch, [1.0] * world)
-    shares = uniform
-    if min(weights) > 0:
-        proportional = _largest_remainder(global_batch, weights)
-        if step_time(uniform, weights) >= (1 + min_gain) * step_time(proportional, weights):
-            shares = proportional
+    fixed = [max(float(f), 0.0) for f in fixed_s] if fixed_s is not None else [0.0] * world
+    uniform = _with_accums(_largest_remainder(global_batch, [1.0] * world), max_micro, nodes, same_accum)
+    if min(weights) <= 0:
+        return uniform
+
+    def modelled(plan: list[RankShare]) -> float:
+        return step_time([s.samples_per_step for s in plan], weights, fixed_s=fixed, accums=[s.accum for s in plan])
+
+    if not any(fixed):
+        planned = _with_accums(_largest_remainder(global_batch, weights), max_micro, nodes, same_accum)
+    elif not same_accum:
+        split = _even_times(global_batch, weights, fixed, max_micro, None)  # one each always fits: never None
+        planned = _with_accums(split, max_micro, nodes, False) if split is not None else uniform
+    else:  # every rank pays its fixed cost once per common micro-step: try a few counts from the uniform split's
+        least = max(s.accum for s in uniform)
+        splits = [_even_times(global_batch, weights, fixed, max_micro, steps) for steps in range(least, least + _MORE_STEPS + 1)]
+        planned = min((_with_accums(split, max_micro, nodes, True) for split in splits if split is not None), key=modelled,
+                      default=uniform)
+    return planned if modelled(uniform) >= (1 + min_gain) * modelled(planned) else uniform
+
+
+def _with_accums(shares: list[int], caps: Sequence[int], nodes: Sequence[str], same_accum: bool) -> list[RankShare]:
+    """Each rank's micro-batch and micro-steps for ``shares`` (see :func:`plan_shares`)."""
+    world, shares = len(shares), list(shares)
     if not same_accum:
-        accums = [math.ceil(share / cap) for share, cap in zip(shares, max_micro, strict=True)]
+        accums = [math.ceil(share / cap) for share, cap in zip(shares, caps, strict=True)]
         return [RankShare(rank, nodes[rank], share, math.ceil(share / accums[rank]), accums[rank]) for rank, share in enumerate(shares)]
-    accum = max(math.ceil(share / cap) for share, cap in zip(shares, max_micro, strict=True))
+    accum = max(math.ceil(share / cap) for share, cap in zip(shares, caps, strict=True))
     # each rank runs `accum` micro-steps, so each needs `accum` samples at least: take them from the largest
     while min(shares) < accum:
         low, high = shares.index(min(shares)), shares.index(max(shares))
         if shares[high] - 1 < accum:
-            raise ValueError(f"global batch {global_batch} is too small for {world} ranks × {accum} micro-steps")
+            raise ValueError(f"global batch {sum(shares)} is too small for {world} ranks × {accum} micro-steps")
         shares[low] += 1
         shares[high] -= 1
-        accum = max(math.ceil(share / cap) for share, cap in zip(shares, max_micro, strict=True))
+        accum = max(math.ceil(share / cap) for share, cap in zip(shares, caps, strict=True))
     return [RankShare(rank, nodes[rank], share, math.ceil(share / accum), accum) for rank, share in enumerate(shares)]
 
 
@@ -112,9 +140,40 @@ def plan_even_steps(global_batch: int, speeds: Sequence[float], max_micro: Seque
     return best if uniform_time >= (1 + min_gain) * best_time else (accum, [micro] * world)
 
 
-def step_time(shares: Sequence[int], speeds: Sequence[float]) -> float:
-    """Seconds of the slowest rank's compute per step with ``shares`` at ``speeds`` (samples/s, all > 0)."""
-    return max(share / speed for share, speed in zip(shares, speeds, strict=True))
+def step_time(shares: Sequence[int], speeds: Sequence[float], *, fixed_s: Optional[Sequence[float]] = None,
+              accums: Optional[Sequence[int]] = None) -> float:
+    """Seconds of the slowest rank's compute per step with ``shares`` at ``speeds`` (samples/s, all > 0), plus
+    each rank's ``accums`` micro-steps at its ``fixed_s`` each when given."""
+    world = len(shares)
+    fixed = fixed_s if fixed_s is not None else [0.0] * world
+    steps = accums if accums is not None else [1] * world
+    return max(a * f + share / speed for share, speed, f, a in zip(shares, speeds, fixed, steps, strict=True))
+
+
+def _even_times(total: int, speeds: Sequence[float], fixed: Sequence[float], caps: Sequence[int],
+                common: Optional[int]) -> Optional[list[int]]:
+    """``total`` samples, the least each at first, then one at a time to the rank whose step would end first with it
+    (``micro-steps × fixed + samples / speed``). With ``common`` micro-steps on every rank each rank needs that many
+    samples and takes at most ``common × cap`` (None: they do not add up); else each runs its own least number."""
+    world = len(speeds)
+    least = common or 1
+    limits = [common * cap if common is not None else total for cap in caps]
+    if least * world > total or sum(limits) < total:
+        return None
+    shares = [least] * world
+
+    def ends(rank: int, share: int) -> float:
+        steps = common if common is not None else math.ceil(share / caps[rank])
+        return steps * fixed[rank] + share / speeds[rank]
+
+    queue = [(ends(rank, least + 1), rank) for rank in range(world) if least < limits[rank]]
+    heapq.heapify(queue)
+    for _ in range(total - least * world):
+        _, rank = heapq.heappop(queue)
+        shares[rank] += 1
+        if shares[rank] < limits[rank]:
+            heapq.heappush(queue, (ends(rank, shares[rank] + 1), rank))
+    return shares
 
 
 def step_slices(shares: Sequence[RankShare], rank: int) -> list[tuple[int, int]]:
@@ -128,6 +187,29 @@ def step_slices(shares: Sequence[RankShare], rank: int) -> list[tuple[int, int]]
         out.append((start, start + size))
         start += size
     return out
+
+
+def fit_costs(micro: int, micro_pass_s: float, one_pass_s: float) -> tuple[float, float]:
+    """``(samples/s, seconds per micro-step whatever its size)`` from a pass of ``micro`` samples and one of one.
+
+    A pass costs ``fixed + samples / speed``: two sizes give both. When the two times say nothing (one sample took as
+    long as ``micro``: noise, or ``micro`` is 1) the speed is the plain ``micro / micro_pass_s`` and the fixed cost 0.
+    """
+    if micro <= 1 or one_pass_s <= 0 or micro_pass_s <= one_pass_s:
+        return micro / max(micro_pass_s, 1e-9), 0.0
+    per_sample = (micro_pass_s - one_pass_s) / (micro - 1)
+    return 1.0 / per_sample, max(0.0, one_pass_s - per_sample)
+
+
+def speed_of(samples: int, micro_steps: int, busy_s: float, fixed_s: float) -> float:
+    """Samples/s of ``samples`` in ``micro_steps`` that took ``busy_s``, their fixed cost (``fixed_s`` each) left out.
+
+    A rank left with a sample or two spends most of its time on the fixed cost; dividing by the whole time would read
+    it slower than it is, and shrink its share again at the next check. The fixed cost taken out is at most 95 % of
+    the time (a cost measured at the start cannot make a later step's samples free).
+    """
+    busy = max(busy_s, 1e-9)
+    return samples / max(busy - micro_steps * fixed_s, 0.05 * busy)
 
 
 def drifted(fixed: Sequence[float], measured: Sequence[float], *, tolerance: float = DRIFT) -> list[int]:

@@ -22,9 +22,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.balanceplan import DRIFT, MIN_GAIN, RankShare, drifted, env_for, plan_shares, step_slices, step_time
+from shared.balanceplan import (
+    DRIFT,
+    MIN_GAIN,
+    RankShare,
+    drifted,
+    env_for,
+    fit_costs,
+    plan_shares,
+    speed_of,
+    step_slices,
+    step_time,
+)
 
-__all__ = ["DRIFT", "MIN_GAIN", "RankShare", "drifted", "env_for", "plan_shares", "step_slices", "step_time", "weighted_loss"]
+__all__ = ["DRIFT", "MIN_GAIN", "RankShare", "drifted", "env_for", "fit_costs", "plan_shares", "speed_of", "step_slices",
+           "step_time", "weighted_loss"]
 
 
 def weighted_loss(model: Any, batch: dict, *, world_size: int, global_batch: int) -> tuple[Any, float]:

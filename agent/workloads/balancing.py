@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from shared.nodewire import NODE_ENV
 
-from .balance import DRIFT, RankShare, drifted, plan_shares, step_slices, weighted_loss
+from .balance import DRIFT, RankShare, drifted, fit_costs, plan_shares, speed_of, step_slices, weighted_loss
 from .dist import Ranks
 from .errors import WorkloadError, note
 from .protocol import emit
@@ -74,6 +74,8 @@ class Balancer:
         self.steps_per_epoch = max(1, len(dataset) // self.global_batch)
         self.shares: list[RankShare] = []
         self.speeds: list[float] = []
+        self.fixed: list[float] = []
+        """Each rank's seconds per micro-step whatever its size, from the calibration (:func:`fit_costs`)."""
         self._window: deque = deque(maxlen=CHECK_EVERY)
         self._timer = None
         self._clock: Optional[ForwardClock] = None  # FSDP: installed by calibrate(), before the first forward
@@ -95,45 +97,51 @@ class Balancer:
         """Time this rank's compute on its own, gather every rank's speed, fix the shares (a collective)."""
         import torch
 
-        indices = self._global_batch(start + 1)[: self.micro]
-        batch = self._to_device(self.collate([self.dataset[i] for i in indices]))
+        # its largest micro-batch (the cap its memory fit allows), then one sample: two sizes far apart give the speed
+        # per sample and the fixed cost of a micro-step apart (every rank runs the same passes in the same order:
+        # under FSDP each forward is a collective)
+        indices = self._global_batch(start + 1)[: max(self.micro, self.max_micro)]
         self._sync(False)
-        elapsed = 0.0
         cuda = torch.cuda.is_available()
         if self.fsdp:
             self._clock = self._clock or ForwardClock(self.model)
             self._clock.synchronize = cuda
-        for attempt in range(1 + CALIBRATION_PASSES):
-            if self._clock is not None:
-                self._clock.take()  # the warm-up pass's forward (lazy init, first allocations) does not count
-            began = time.perf_counter()
-            with self.model.no_sync() if not self.fsdp else _Nothing():  # DDP: no all-reduce, no waiting for a peer
-                loss, _ = weighted_loss(self.model, batch, world_size=self.ranks.world_size, global_batch=self.global_batch)
-                loss.backward()
-            if cuda:
-                torch.cuda.synchronize()
-            if attempt:
-                # FSDP: every forward waits for the slowest peer's all-gathers, so the wall time would give every rank
-                # the slowest one's speed (a uniform split, whatever the cards): its forward compute alone instead
-                elapsed += self._clock.take() if self._clock is not None else time.perf_counter() - began
+        medians: list[float] = []
+        for first, size in ((True, len(indices)), (False, 1)):  # both on every rank, even at a cap of one: the same passes
+            batch = self._to_device(self.collate([self.dataset[i] for i in indices[:size]]))
+            times = []
+            for attempt in range(CALIBRATION_PASSES + (1 if first else 0)):
+                if self._clock is not None:
+                    self._clock.take()  # the warm-up pass's forward (lazy init, first allocations) does not count
+                began = time.perf_counter()
+                with self.model.no_sync() if not self.fsdp else _Nothing():  # DDP: no all-reduce, no waiting for a peer
+                    loss, _ = weighted_loss(self.model, batch, world_size=self.ranks.world_size, global_batch=self.global_batch)
+                    loss.backward()
+                if cuda:
+                    torch.cuda.synchronize()
+                if attempt or not first:
+                    # FSDP: every forward waits for the slowest peer's all-gathers, so the wall time would give every rank
+                    # the slowest one's speed (a uniform split, whatever the cards): its forward compute alone instead
+                    times.append(self._clock.take() if self._clock is not None else time.perf_counter() - began)
+            medians.append(sorted(times)[len(times) // 2])  # one pass slowed by a neighbour's burst does not count
         if self._clock is not None:
             self._clock.synchronize = False
         self.model.zero_grad(set_to_none=True)
         if self._timer is not None:
             self._timer.take_step()  # nothing of the calibration counts as the first step's sync
-        speed = len(indices) * CALIBRATION_PASSES / max(elapsed, 1e-9)
+        speed, fixed = fit_costs(len(indices), medians[0], medians[1])
         how = "forward passes, the all-gathers' waits left out" if self.fsdp else "forward+backward"
-        self._plan(self._gather(speed), reason=f"calibrated on each rank's own {how}")
+        self._plan(self._gather(speed), self._gather(fixed), reason=f"calibrated on each rank's own {how}")
 
-    def _plan(self, speeds: list[float], *, reason: str) -> None:
+    def _plan(self, speeds: list[float], fixed: list[float], *, reason: str) -> None:
         nodes = self._gather_nodes()
         caps = self._gather_caps()
-        self.speeds = speeds
-        self.shares = plan_shares(self.global_batch, speeds, caps, nodes, same_accum=self.fsdp)
+        self.speeds, self.fixed = speeds, fixed
+        self.shares = plan_shares(self.global_batch, speeds, caps, nodes, same_accum=self.fsdp, fixed_s=fixed)
         record = {"mode": "auto", "ranks": [s.as_dict() for s in self.shares]}
         if self.ranks.is_main:
-            parts = ", ".join(f"r{s.rank}@{s.node} {s.samples_per_step} ({s.micro_batch}x{s.accum}, {speeds[s.rank]:.1f} samples/s)"
-                              for s in self.shares)
+            parts = ", ".join(f"r{s.rank}@{s.node} {s.samples_per_step} ({s.micro_batch}x{s.accum}, {speeds[s.rank]:.1f} samples/s"
+                              f" + {fixed[s.rank] * 1000:.0f} ms per micro-step)" for s in self.shares)
             message = f"balance: {reason}: samples per step {parts}; global batch {self.global_batch}"
             print(f"ftwiz: {message}", flush=True)
             emit("note", rank=self.ranks.rank, message=message, balance=record)
@@ -177,7 +185,8 @@ class Balancer:
             # make a rank with a small share look slower than it is, and shrink its share again at the next check)
             # under FSDP: its forward compute, as calibrated (the passes' wall time holds the peers' all-gather waits)
             busy = self._clock.take() if self._clock is not None else self._passes_s - (sync or 0.0)
-            self._window.append((self.shares[self.ranks.rank].samples_per_step, max(busy, 1e-9)))
+            mine = self.shares[self.ranks.rank]
+            self._window.append((mine.samples_per_step, mine.accum, max(busy, 1e-9)))
         # every rank counts the same steps, so every rank joins the check's all-gather at the same one
         if self._checks_drift() and len(self._window) >= (CHECK_EVERY if self._checked else FIRST_CHECK):
             self._checked = True
@@ -196,7 +205,8 @@ class Balancer:
         return not torch.cuda.is_available()
 
     def _check_drift(self) -> None:
-        measured = self._gather(sum(n for n, _ in self._window) / sum(s for _, s in self._window))
+        samples, steps, busy = (sum(column) for column in zip(*self._window, strict=True))
+        measured = self._gather(speed_of(samples, steps, busy, self.fixed[self.ranks.rank]))
         moved = drifted(self.speeds, measured, tolerance=DRIFT)
         self._window.clear()
         if not moved:
@@ -204,7 +214,7 @@ class Balancer:
         what = "; ".join(f"r{r} {self.speeds[r]:.1f} -> {measured[r]:.1f} samples/s" for r in moved)
         if self.ranks.is_main:
             note(f"balance: speed drifted by more than {DRIFT:.0%} ({what}): re-balancing", rank=self.ranks.rank)
-        self._plan(measured, reason="re-balanced after a drift")
+        self._plan(measured, self.fixed, reason="re-balanced after a drift")
 
     def throughput(self) -> dict[str, Any]:
         """``{"tokens_per_s", "steps"}`` over every rank since the end of the first step (a collective)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.workloads.balance import MIN_GAIN, RankShare, drifted, env_for, plan_shares, step_slices, step_time
+from agent.workloads.balance import MIN_GAIN, RankShare, drifted, env_for, fit_costs, plan_shares, speed_of, step_slices, step_time
 from tests.listening import free_port
 
 
@@ -61,6 +61,55 @@ def test_an_uneven_split_must_promise_a_faster_step(speeds, expected):
     proportional = plan_shares(16, speeds, [16, 16], ["a", "b"], same_accum=False, min_gain=0.0)
     gain = step_time([8, 8], speeds) / step_time([s.samples_per_step for s in proportional], speeds) - 1
     assert (expected == [8, 8]) == (gain < MIN_GAIN)
+
+
+def test_a_fixed_cost_per_micro_step_is_planned_for():
+    """Equal cards, but each of rank 1's micro-steps costs 0.1 s more (say, a slow host feeding its GPU): by samples/s
+    measured on 8 samples it reads 44 samples/s, and a split by that (11/5) ends its steps at 0.15 s; evening out
+    ``micro-steps x fixed + samples / speed`` gives 13/3, both ranks done at 0.13 s."""
+    speeds, fixed, caps = [100.0, 100.0], [0.0, 0.1], [16, 16]
+    shares = plan_shares(16, speeds, caps, ["a", "b"], same_accum=False, fixed_s=fixed)
+    assert [(s.samples_per_step, s.micro_batch, s.accum) for s in shares] == [(13, 13, 1), (3, 3, 1)]
+    naive = plan_shares(16, [100.0, 8 / (0.1 + 8 / 100)], caps, ["a", "b"], same_accum=False)
+    assert [s.samples_per_step for s in naive] == [11, 5]
+    assert step_time([13, 3], speeds, fixed_s=fixed, accums=[1, 1]) == pytest.approx(0.13)
+    assert step_time([11, 5], speeds, fixed_s=fixed, accums=[1, 1]) == pytest.approx(0.15)
+    # each micro-step pays it: a rank that must split its share (cap 2) pays it per micro-step, and FSDP's common
+    # micro-steps make every rank pay its own fixed cost that many times
+    capped = plan_shares(16, speeds, [2, 16], ["a", "b"], same_accum=False, fixed_s=[0.01, 0.0])
+    assert [(s.samples_per_step, s.accum) for s in capped] == [(6, 3), (10, 1)]
+    assert [(s.samples_per_step, s.accum) for s in plan_shares(16, speeds, caps, ["a", "b"], fixed_s=fixed)] == [(13, 1), (3, 1)]
+    # FSDP with caps of 4: uniform is 8/8 in 2 micro-steps; anything uneven needs 3, which costs rank 1 0.1 s more
+    # than its fewer samples save (12/4: 0.34 s against 0.28 s)
+    fsdp = plan_shares(16, speeds, [4, 4], ["a", "b"], fixed_s=fixed)
+    assert [(s.samples_per_step, s.accum) for s in fsdp] == [(8, 2), (8, 2)]
+    # a rank 3x faster but capped at 4 per micro-step: a third micro-step lets it take 12 (0.07 s against 8/8 in two:
+    # 0.10 s); a fourth would cost rank 1 its 0.01 s once more for nothing
+    faster = plan_shares(16, [300.0, 100.0], [4, 4], ["a", "b"], fixed_s=[0.0, 0.01])
+    assert [(s.samples_per_step, s.accum) for s in faster] == [(12, 3), (4, 3)]
+    # no fixed cost: the proportional split, as before; equal costs everywhere: uniform
+    assert [s.samples_per_step for s in plan_shares(16, [1.0, 3.0], caps, ["a", "b"], same_accum=False, fixed_s=[0.0, 0.0])] == [4, 12]
+    assert [s.samples_per_step for s in plan_shares(16, speeds, caps, ["a", "b"], same_accum=False, fixed_s=[0.1, 0.1])] == [8, 8]
+
+
+def test_the_fixed_cost_is_fitted_from_two_sizes_and_left_out_of_a_small_shares_speed():
+    # a pass of 8 samples in 0.18 s and of one in 0.11 s: 100 samples/s and 0.1 s per micro-step
+    speed, fixed = fit_costs(8, 0.18, 0.11)
+    assert speed == pytest.approx(100.0) and fixed == pytest.approx(0.1)
+    # two times that say nothing (one sample as slow as eight, or a micro-batch of one): no fixed cost
+    assert fit_costs(8, 0.18, 0.2) == (pytest.approx(8 / 0.18), 0.0)
+    assert fit_costs(1, 0.05, 0.0) == (pytest.approx(20.0), 0.0)
+    # the drift check: a rank left with one sample per step (10 steps of 0.11 s) is still 100 samples/s, not 9
+    assert speed_of(10, 10, 1.1, 0.1) == pytest.approx(100.0)
+    assert 10 / 1.1 == pytest.approx(9.09, abs=0.01)
+    # a fixed cost that the step no longer pays (it was measured at the start) cannot make the samples free
+    assert speed_of(10, 10, 0.5, 0.1) == pytest.approx(10 / (0.05 * 0.5))
+    with pytest.raises(ValueError, match="fixed_s"):
+        plan_shares(16, speeds_of_two(), [16, 16], ["a", "b"], fixed_s=[0.1])
+
+
+def speeds_of_two() -> list[float]:
+    return [1.0, 1.0]
 
 
 def test_slices_cover_the_global_batch_once():
@@ -202,25 +251,28 @@ def test_the_balancer_takes_its_nodes_micro_batch_cap_from_job_json(tmp_path: Pa
         balancer({"big": "6"})
 
 
-SLOW_S = 0.5
-"""Sleep of a slowed rank in each decoder layer's MLP: inside the layer's compute, outside FSDP's hooks. Long
-enough that the slowed rank stays the slower one on a busy host too: after the calibration the fast rank holds a
-single sample, whose speed is mostly a micro-step's fixed cost (at load 5 CI read 53 samples/s for it against 62
-for the rank then sleeping 0.05 s a layer; with two more busy loops beside the suite, 12 against 20 at 0.15 s)."""
+SLOW_S = 0.05
+"""Sleep of a slowed rank per sample in each decoder layer's MLP (inside the layer's compute, outside FSDP's hooks):
+a slow card takes longer for more samples. (A sleep per forward whatever its size is a fixed cost per micro-step,
+which the balancer measures apart: giving that rank fewer samples would not make its step shorter.)"""
 
 
-def _slowed(model, rank_is_slow) -> None:
+FIXED_S = 0.2
+"""Sleep of a rank with a fixed cost in each decoder layer's MLP, per forward whatever the samples."""
+
+
+def _slowed(model, rank_is_slow, *, per_sample: bool = True) -> None:
     import time
 
     def sleep(module, args):
         if rank_is_slow():
-            time.sleep(SLOW_S)
+            time.sleep(SLOW_S * args[0].shape[0] if per_sample else FIXED_S)
 
     for layer in model.model.layers:
         layer.mlp.register_forward_pre_hook(sleep)
 
 
-def _balancer_main(rank: int, world: int, port: int, out: str, job: str, sharding: str) -> None:
+def _balancer_main(rank: int, world: int, port: int, out: str, job: str, sharding: str, fixed: bool = False) -> None:
     import json
 
     import torch.distributed as dist
@@ -235,7 +287,7 @@ def _balancer_main(rank: int, world: int, port: int, out: str, job: str, shardin
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     model = _model()
     slow = {"rank": 1}
-    _slowed(model, lambda: slow["rank"] == rank)
+    _slowed(model, lambda: slow["rank"] == rank, per_sample=not fixed)
     fsdp = sharding == "fsdp"
     if fsdp:
         shard(model, Ranks(rank, rank, world, world), "gloo", compute_dtype=None, offload=False)
@@ -245,13 +297,15 @@ def _balancer_main(rank: int, world: int, port: int, out: str, job: str, shardin
     balancer = Balancer(model, dataset, PaddingCollator(0), load_spec(job), Ranks(rank, rank, world, world), fsdp=fsdp)
     balancer.calibrate(0)
     calibrated = [s.samples_per_step for s in balancer.shares]
-    slow["rank"] = 0  # the other rank slows down: the drift check must move the shares back
+    if not fixed:
+        slow["rank"] = 0  # the other rank slows down: the drift check must move the shares back
     for step in range(1, FIRST_CHECK + 2):  # the first step gives no speed; the check follows FIRST_CHECK more
         balancer.step(step)
         model.zero_grad(set_to_none=True)
         balancer.finish_step(step)
     if rank == 0:
-        Path(out).write_text(json.dumps({"calibrated": calibrated, "drifted": [s.samples_per_step for s in balancer.shares]}))
+        Path(out).write_text(json.dumps({"calibrated": calibrated, "drifted": [s.samples_per_step for s in balancer.shares],
+                                         "fixed_s": balancer.fixed}))
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()
@@ -279,3 +333,24 @@ def test_calibration_and_drift_see_each_ranks_own_compute(tmp_path: Path, shardi
     shares = json.loads(out.read_text())
     assert sum(shares["calibrated"]) == 16 and shares["calibrated"][0] > shares["calibrated"][1], shares
     assert sum(shares["drifted"]) == 16 and shares["drifted"][1] > shares["drifted"][0], shares
+
+
+def test_a_rank_whose_every_micro_step_costs_more_keeps_its_share(tmp_path: Path):
+    """Rank 1 sleeps 0.2 s in each layer's MLP per forward, whatever its samples: a fixed cost per micro-step, which
+    fewer samples would not shorten. The calibration's two sizes measure it apart (rank 1's fixed cost about 0.4 s, its
+    speed per sample like rank 0's), so the split stays uniform through the calibration and the drift check; a speed
+    of samples over time read rank 1 about 4 times slower and gave it 3 of the 16 samples for a step no shorter."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"workload": "sft", "micro_batch_size": 2, "grad_accum_steps": 4, "balance": "auto",
+                               "max_micro_batch": {"n0": 8, "n1": 8}}))
+    out = tmp_path / "shares.json"
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(_balancer_main, args=(2, free_port(), str(out), str(job), "ddp", True), nprocs=2, join=True)
+    shares = json.loads(out.read_text())
+    assert shares["calibrated"] == [8, 8] and shares["drifted"] == [8, 8], shares
+    fixed = shares["fixed_s"]
+    assert fixed[1] >= 0.8 * 2 * FIXED_S and fixed[0] < 0.5 * fixed[1], shares
