@@ -81,13 +81,18 @@ def allocation_session(config: FtwizConfig, *, say: Callable[[str], None], job_n
         session = Session(allocation, step, step.cluster_config(), state, keep=keep)
         yield session
     finally:
+        handed_over = session is not None and session.handed_over
+        if not handed_over and not keep:
+            # the job first, then the agents' step: ended in that order the job is CANCELLED, as said below; the other
+            # way the batch step could end on its own between the two (a CI run saw the job FAILED, exit 137, 60 ms
+            # before the scancel)
+            allocation.cancel()
         if step is not None:
             step.stop()
-        if session is not None and session.handed_over and not keep:
+        if handed_over and not keep:
             say(f"job {allocation.job_id} goes on with the run and ends when it ends; "
                 f"`ftwiz --stop RUN` or `scancel {allocation.job_id}` ends it sooner")
         elif keep:
             say(f"job {allocation.job_id} kept ([slurm] keep_allocation = true); `scancel {allocation.job_id}` ends it")
         else:
-            allocation.cancel()
             say(f"job {allocation.job_id} cancelled")
