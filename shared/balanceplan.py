@@ -85,14 +85,12 @@ def plan_shares(global_batch: int, speeds: Sequence[float], max_micro: Sequence[
 
     if not any(fixed):
         planned = _with_accums(_largest_remainder(global_batch, weights), max_micro, nodes, same_accum)
-    elif not same_accum:
-        split = _even_times(global_batch, weights, fixed, max_micro, None)  # one each always fits: never None
-        planned = _with_accums(split, max_micro, nodes, False) if split is not None else uniform
-    else:  # every rank pays its fixed cost once per common micro-step: try a few counts from the uniform split's
+    else:  # under FSDP every rank pays its fixed cost once per common micro-step: try a few counts from the uniform split's
         least = max(s.accum for s in uniform)
-        splits = [_even_times(global_batch, weights, fixed, max_micro, steps) for steps in range(least, least + _MORE_STEPS + 1)]
-        planned = min((_with_accums(split, max_micro, nodes, True) for split in splits if split is not None), key=modelled,
-                      default=uniform)
+        counts = range(least, least + _MORE_STEPS + 1) if same_accum else [None]
+        splits = [_even_times(global_batch, weights, fixed, max_micro, steps) for steps in counts]
+        planned = min((_with_accums(split, max_micro, nodes, same_accum) for split in splits if split is not None),
+                      key=modelled, default=uniform)
     return planned if modelled(uniform) >= (1 + min_gain) * modelled(planned) else uniform
 
 

@@ -52,18 +52,18 @@ class HeadlessPrinter:
         self.err = err or sys.stderr
         self.show_protocol = show_protocol
         self._lock = threading.Lock()
-        self._last_progress = ""
         self._bars = BarCollapser()  # a tqdm bar prints once, not once per carriage return
         self._why = ""
         self._first_error = ""
         self._last_snapshot: Optional[ProgressSnapshot] = None
+        """The progress last printed (its line is ``format_progress`` of it)."""
 
     def _checkpoint_only(self, snap: ProgressSnapshot) -> Optional[int]:
         """The step of a checkpoint that is the only news since the last line printed (then the line is not repeated)."""
         last = self._last_snapshot
         if last is None or snap.last_checkpoint_step in (None, last.last_checkpoint_step):
             return None
-        unchanged = format_progress(replace(snap, last_checkpoint_step=last.last_checkpoint_step)) == self._last_progress
+        unchanged = format_progress(replace(snap, last_checkpoint_step=last.last_checkpoint_step)) == format_progress(last)
         return snap.last_checkpoint_step if unchanged else None
 
     def __call__(self, event: Event) -> None:
@@ -91,10 +91,10 @@ class HeadlessPrinter:
         elif isinstance(event, ProgressChanged):
             snap = event.progress
             line = format_progress(snap)
-            if line == self._last_progress or snap.updated_at is None:
+            if snap.updated_at is None or (self._last_snapshot is not None and line == format_progress(self._last_snapshot)):
                 return
             saved = self._checkpoint_only(snap)
-            self._last_progress, self._last_snapshot = line, snap
+            self._last_snapshot = snap
             print(f"progress | checkpoint saved at step {saved}" if saved is not None else f"progress | {line}",
                   file=self.out, flush=True)
         elif isinstance(event, NodeStateChanged):
