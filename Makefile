@@ -52,7 +52,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/mypy $(LINT_PATHS)
 
-# Two pytest-xdist workers (PYTEST_WORKERS=0: one process; three were slower on 2 cores, README "Tests"); tests that share a fixed resource (the Slurm cluster's
+# Two pytest-xdist workers (PYTEST_WORKERS=0: one process; three gained too little to measure on 2 cores, README "Tests"); tests that share a fixed resource (the Slurm cluster's
 # ports) carry one xdist_group, which --dist loadgroup keeps on one worker. PYTEST_ARGS adds to the command line.
 PYTEST_WORKERS ?= 2
 test: lint sysdeps $(STAMP)
