@@ -7,6 +7,7 @@ at the report. See ``snapshot_app.py`` for what is held still and why.
 from __future__ import annotations
 
 import pytest
+from textual.widgets import Input
 
 from tests.tui.snapshot_app import snapshot_app
 from tests.tui.waiting import wait_for
@@ -23,6 +24,13 @@ async def _planned(pilot) -> None:
     await _polled(pilot)
     await wait_for(pilot, lambda: getattr(pilot.app.screen, "plans_shown", 0) >= 2, what="the estimate after the poll")
     await pilot.pause()
+
+
+@pytest.fixture(autouse=True)
+def still_cursor(monkeypatch):
+    """A focused Input's cursor blinks every 0.5 s: hold it visible, or a picture taken on a loaded
+    machine (more than 0.5 s after the last key) shows the other phase (CI failed on this once)."""
+    monkeypatch.setattr(Input, "_toggle_cursor", lambda self: None)
 
 
 @pytest.fixture
