@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.cluster.node import REPO_ROOT
@@ -59,8 +61,9 @@ def test_check_runs_against_the_allocation_and_cancels_it(slurm3: SlurmCluster) 
 def test_pending_job_says_why_and_ctrl_c_cancels_it(slurm3: SlurmCluster) -> None:
     # 4 nodes: node3 is declared in the partition but never started, so the job can only pend.
     config = write_config(slurm3, slurm3.shared_dir / "pending.toml", nodes=4)
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "--config", str(config), "--check"], cwd=REPO_ROOT,
-                            env=slurm3.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with _sigint_as_from_a_terminal():
+        proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "--config", str(config), "--check"], cwd=REPO_ROOT,
+                                env=slurm3.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     said = threading.Event()
 
@@ -88,6 +91,22 @@ def test_pending_job_says_why_and_ctrl_c_cancels_it(slurm3: SlurmCluster) -> Non
     assert "some nodes the job needs are down, drained or reserved" in text and "sinfo -R" in text
     assert f"job {job} cancelled" in text
     assert slurm3.job_state(job) == "CANCELLED"
+
+
+@contextlib.contextmanager
+def _sigint_as_from_a_terminal() -> Iterator[None]:
+    """Start a child that Ctrl-C reaches, whatever SIGINT this test process inherited.
+
+    A background job of a non-interactive shell (``cmd &`` in a script) starts with SIGINT ignored; everything it
+    starts inherits that, and Python then installs no KeyboardInterrupt handler. A suite started that way saw ftwiz
+    ignore the test's SIGINT and go on waiting for the job. A Python handler here, unlike SIG_IGN, becomes the
+    default again in the child at exec, as in a foreground process of a terminal.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _exit_code(proc: subprocess.Popen, timeout: float, lines: list[str]) -> int:
