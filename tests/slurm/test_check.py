@@ -111,8 +111,8 @@ def _sigint_as_from_a_terminal() -> Iterator[None]:
 
 def _exit_code(proc: subprocess.Popen, timeout: float, lines: list[str]) -> int:
     """``proc``'s exit code; if it is still running after ``timeout`` s, fail with what it said, its Python stack
-    (py-spy, installed with the training extra) and its children: a CI run once saw ftwiz alive 60 s after Ctrl-C
-    here, and nothing left said where it was."""
+    (py-spy, installed with the training extra) and its children (that stack is how an inherited, ignored SIGINT
+    was found: see :func:`_sigint_as_from_a_terminal`)."""
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
