@@ -13,10 +13,25 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-__all__ = ["CODE_SUBDIR", "CodePathMap", "shipped_code_dir"]
+__all__ = ["CODE_SUBDIR", "LIBRARY_MARKERS", "CodePathMap", "code_location", "is_library", "shipped_code_dir"]
 
 #: The shipped code's directory inside a node's run directory (the node-side runner has its own copy of the name).
 CODE_SUBDIR = "code"
+
+
+#: Fragments of a frame's file name that mark it as not the user's own code (installed packages, the
+#: interpreter's library, torch, code run from a string).
+LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "<frozen", "/torch/", "<string>")
+
+
+def is_library(file: str) -> bool:
+    """Whether a traceback frame's file is a library's, not the user's own code."""
+    return any(marker in file for marker in LIBRARY_MARKERS)
+
+
+def code_location(file: str, line: int, func: str = "") -> str:
+    """``train.py:27 in check_batch``: one way to name where code raised, on the rank and in the doctor."""
+    return f"{file}:{line}" + (f" in {func}" if func else "")
 
 
 def shipped_code_dir(rundir: str) -> str:

@@ -34,6 +34,7 @@ import time
 import traceback
 from typing import Any, Callable, Optional, TextIO
 
+from shared.codepaths import code_location, is_library
 from shared.nodewire import NODE_ENV
 from shared.protocol import Progress, format_line
 
@@ -164,9 +165,9 @@ def report_exception(error: BaseException) -> None:
     sys.stderr.flush()
     where = ""
     frames = traceback.extract_tb(error.__traceback__)
-    if frames:
-        last = frames[-1]
-        where = f" ({os.path.basename(last.filename)} line {last.lineno}, in {last.name})"
+    if frames:  # the innermost frame of the user's own code, named as the doctor names it
+        own = [f for f in frames if not is_library(f.filename)] or frames
+        where = f" at {code_location(os.path.basename(own[-1].filename), own[-1].lineno or 0, own[-1].name)}"
     emit("error", rank=_env_int("RANK"), message=f"{type(error).__name__}: {error}{where}")
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if path:

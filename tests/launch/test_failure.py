@@ -93,7 +93,7 @@ def test_a_peer_that_only_echoes_the_lost_rank_is_not_blamed_even_when_its_node_
     _feed(tracker, "node2", _summary([], (2, 0, "1 (pid: 7) ")))
     errors = [("node1", 1, "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
                            "[10.130.22.13]:54446. This is typically caused by a remote worker crashing."),
-              ("node2", 2, "RuntimeError: simulated data error on rank 2 (ddp_loop.py line 35, in main)")]
+              ("node2", 2, "RuntimeError: simulated data error on rank 2 at ddp_loop.py:35 in main")]
     for trigger in ("node0", "node1", "node2"):
         assert tracker.attribute(trigger, None, rank_nodes={}, errors=errors) == ("node2", 2), trigger
     # without the summaries, the error lines alone say the same

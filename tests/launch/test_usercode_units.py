@@ -345,3 +345,34 @@ def test_a_tree_that_cannot_ship_is_refused_by_the_run_as_before_prebuild(tmp_pa
     codeship.prebuild(root, max_bytes=1000)
     with pytest.raises(CodeDirError, match="train.py"):
         codeship.bundle_for_run("20260101-000000-dddd", root, max_bytes=1000)
+
+
+def test_a_rank_and_the_doctor_name_where_code_raised_alike(tmp_path, capsys, monkeypatch):
+    """A rank's ``error`` line and the doctor's reading of the traceback name the same place (``file:line in func``,
+    the innermost frame of the user's own code), whichever of the two the doctor reads first."""
+    import runpy
+
+    from agent.workloads.usercode import report_exception
+    from shared.protocol import parse_line
+    from tui.doctor import diagnose_files
+
+    script = tmp_path / "train.py"
+    script.write_text("import statistics\n\ndef check_batch(losses):\n    return statistics.mean(losses)\n\ncheck_batch([])\n")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    try:
+        runpy.run_path(str(script))
+    except ValueError as error:  # statistics.StatisticsError
+        report_exception(error)
+    out, err = capsys.readouterr()
+    error_line = next(line for line in out.splitlines() if '"error"' in line)
+    record = parse_line(error_line)
+    # raised inside the standard library: the user's frame is named, not statistics.py's
+    assert record.message.endswith(" at train.py:4 in check_batch"), record
+    from_traceback = tmp_path / "node0.log"
+    from_traceback.write_text("".join(f"node0/2 | {line}\n" for line in err.splitlines()))
+    from_error_line = tmp_path / "node1.log"
+    from_error_line.write_text(f"node1/2 | {error_line}\n")
+    for log in (from_traceback, from_error_line):
+        first = diagnose_files([log])[0]
+        assert first.cause == "code.error" and "train.py:4 in check_batch" in first.explanation, (log.name, first)

@@ -144,7 +144,7 @@ def test_package_uses_only_relative_imports_and_the_shipped_shared_modules():
 
 def test_shipped_package_carries_the_shared_modules_under_their_own_names(tmp_path):
     """On a node the workloads import the protocol, the balance plan and the wire names as ``shared.*``, from the files
-    shipped beside them, where ftwiz is not installed (``-I``: no site-packages, no PYTHONPATH, only the run dir)."""
+    shipped beside them, where ftwiz is not installed (``-I -S``: no site-packages, no PYTHONPATH, only the run dir)."""
     from tui.launch.support import SHIPPED_SHARED, workload_files
 
     files = workload_files()
@@ -154,10 +154,11 @@ def test_shipped_package_carries_the_shared_modules_under_their_own_names(tmp_pa
     for name, data in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
-    code = ("import sys; sys.path.insert(0, '.'); import ftwiz_workloads.protocol as p, ftwiz_workloads.balance as b, shared; "
+    code = ("import sys; sys.path.insert(0, '.'); import ftwiz_workloads.protocol as p, ftwiz_workloads.balance as b, ftwiz_workloads.usercode, shared; "
             f"assert shared.__file__.startswith({str(tmp_path)!r}), shared.__file__; "
             "assert b.plan_shares.__module__ == 'shared.balanceplan'; p.emit('progress', step=1)")
-    done = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    # -S too: the venv's editable install of ftwiz would otherwise find a shared module that was not shipped
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith('{"ftwiz":"progress","step":1')
 

@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from shared.codepaths import code_location, is_library
 from shared.doctor_signatures import SIGNATURES, Signature, is_normal, match_line
 from shared.protocol import Error, parse_line
 from shared.torchrun_failures import summary_exit, worker_failed
@@ -32,7 +33,6 @@ __all__ = ["find", "ignored_exception_lines"]
 
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
 _EXC_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)|[A-Za-z_][\w.]*Error\b)(?::\s?(?P<msg>.*))?$")
-_LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen", "/torch/", "<string>")
 _ECHO_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "DistNetworkError", "SignalException", "KeyboardInterrupt")
 _FTWIZ_ERROR_RE = re.compile(r"ftwiz: error \(rank (?P<rank>\d+)\): (?P<message>.+)$")
 _DATA_RE = re.compile(r"^dataset |\.(?:jsonl?|csv|parquet) line \d+|^record at line \d+|not UTF-8 text|expected a JSON object|"
@@ -285,9 +285,8 @@ def _from_traceback(tb: _Traceback, exc_line: ReadLine, exc_type: str, message: 
         detail = f"{short}: {message}".rstrip(": ") + f" while reading data in {reader} ({reader_file}:{reader_number})"
         return Finding("data.invalid", 8, False, exc_line, extra=[reader_line], detail=detail,
                        source="Python traceback raised in a data-file reader (stochasticai/xTuring#261)")
-    own = [f for f in tb.frames if not any(marker in f[1] for marker in _LIBRARY)]
+    own = [f for f in tb.frames if not is_library(f[1])]
     frame_line, file, number, func = (own or tb.frames)[-1]
-    where = f"{file}:{number}" + (f" in {func}" if func else "")
-    detail = f"{short}: {message}".rstrip(": ") + f" at {where}"
+    detail = f"{short}: {message}".rstrip(": ") + f" at {code_location(file, number, func)}"
     return Finding("code.error", 7, False, exc_line, extra=[frame_line], detail=detail,
                    source="Python traceback (docs.python.org/3/library/traceback.html)")

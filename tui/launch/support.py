@@ -13,7 +13,7 @@ __all__ = ["SHIPPED_SHARED", "agent_stop", "explain", "plan_network", "workload_
 
 #: The ``shared`` modules the workloads import on a node (standard library only: a test checks it), shipped under their
 #: own names beside the ``ftwiz_workloads`` package, so the workloads import them as ``shared.*`` there as here.
-SHIPPED_SHARED = ("shared/__init__.py", "shared/balanceplan.py", "shared/nodewire.py", "shared/protocol.py")
+SHIPPED_SHARED = ("shared/__init__.py", "shared/balanceplan.py", "shared/codepaths.py", "shared/nodewire.py", "shared/protocol.py")
 
 
 def workload_files() -> dict[str, bytes]:
