@@ -4,7 +4,9 @@ The namespace-cluster fixtures (``cluster3``, ``make_cluster``, ``cluster_suppor
 ``tests/cluster/fixtures.py``; see ``tests/cluster/__init__.py`` for the library behind them.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,7 +18,15 @@ pytest_plugins = ["tests.cluster.fixtures"]
 
 # Every run record a test creates is added to the per-user run index (tui.runs.index): keep it out of the
 # real home, one state directory per test session (subprocesses inherit it).
-os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="ftwiz-test-state-")
+os.environ["XDG_STATE_HOME"] = _STATE_HOME = tempfile.mkdtemp(prefix="ftwiz-test-state-")
+_STATE_OWNER = os.getpid()
+
+
+@atexit.register
+def _remove_state_home() -> None:
+    """The state directory goes when the process that made it exits (not a forked child running its exit handlers)."""
+    if os.getpid() == _STATE_OWNER:
+        shutil.rmtree(_STATE_HOME, ignore_errors=True)
 
 
 @pytest.hookimpl(trylast=True)
