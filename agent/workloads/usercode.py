@@ -164,8 +164,10 @@ def report_exception(error: BaseException) -> None:
     sys.stderr.write(stack)
     sys.stderr.flush()
     where = ""
-    frames = traceback.extract_tb(error.__traceback__)
-    if frames:  # the innermost frame of the user's own code, named as the doctor names it
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename != __file__]  # not this runner's
+    if isinstance(error, SyntaxError) and error.filename:  # the script never ran: its file and line are the place
+        where = f" at {code_location(os.path.basename(error.filename), error.lineno or 0)}"
+    elif frames:  # the innermost frame of the user's own code, named as the doctor names it
         own = [f for f in frames if not is_library(f.filename)] or frames
         where = f" at {code_location(os.path.basename(own[-1].filename), own[-1].lineno or 0, own[-1].name)}"
     emit("error", rank=_env_int("RANK"), message=f"{type(error).__name__}: {error}{where}")

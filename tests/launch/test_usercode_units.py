@@ -376,3 +376,19 @@ def test_a_rank_and_the_doctor_name_where_code_raised_alike(tmp_path, capsys, mo
     for log in (from_traceback, from_error_line):
         first = diagnose_files([log])[0]
         assert first.cause == "code.error" and "train.py:4 in check_batch" in first.explanation, (log.name, first)
+
+
+def test_a_script_that_does_not_parse_is_named_by_its_own_file_and_line(tmp_path, capsys, monkeypatch):
+    """A SyntaxError is raised before the script runs (no frame of it): its file and line are the place, not the runner's."""
+    from agent.workloads.usercode import run_command
+    from shared.protocol import parse_line
+
+    (tmp_path / "train.py").write_text("import os\n\ndef main(:\n    pass\n")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))  # the runner forgets ftwiz's shared modules before the script
+    assert run_command([str(tmp_path / "train.py")], str(tmp_path)) == 1
+    record = parse_line(next(line for line in capsys.readouterr().out.splitlines() if '"error"' in line))
+    assert record.message.startswith("SyntaxError: ") and record.message.endswith(" at train.py:3"), record
