@@ -95,13 +95,17 @@ class Signature:
     """For a value that may blip in a run's first logged steps (a nan grad norm while the fp16 loss scale settles): a
     line of the same log showing the value finite. A match before any such line is warm-up, no evidence once a finite
     value follows; a match after the run has shown finite values is evidence even if the value recovers."""
+    unless: re.Pattern[str] | None = None
+    """For a line that does not say which value it is about: a later line of the same log that shows it was not the
+    value this signature is for (every match of the signature in that log is then no evidence, later ones too)."""
 
 
 def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False, fix: str = "", until: str = "",
-         needs: str = "", recovered: str = "") -> Signature:
+         needs: str = "", recovered: str = "", unless: str = "") -> Signature:
     return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source, fix,
                      re.compile(until, re.IGNORECASE) if until else None, re.compile(needs) if needs else None,
-                     re.compile(recovered, re.IGNORECASE) if recovered else None)
+                     re.compile(recovered, re.IGNORECASE) if recovered else None,
+                     re.compile(unless, re.IGNORECASE) if unless else None)
 
 
 #: The process died without an exception of its own: a glog/absl FATAL line (``F0105 11:48:25.52 123 file.cc:65]``,
@@ -318,14 +322,18 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396, "
          "JeffWang987/DriveDreamer#23 (total_loss: nan after finite steps)",
          recovered=_LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?\d"),
-    _sig("loss.nan", r"Loss is NaN|nan loss|"
+    # ('nan loss', never 'NaN losses': a sentence about them, as ultralytics/ultralytics#1348's AMP check warns
+    # that AMP "may lead to NaN losses" and turns it off)
+    _sig("loss.nan", r"Loss is NaN|nan loss(?!es)|"
          r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)|Loss became infinite or NaN|"
          r"loss is not finite|returned nan values in its \d+th output", 8,
          "hpcaitech/ColossalAI#3439"),
-    # tensorboardX's warning when a nan/inf scalar is logged: a skipped fp16 step's grad norm in the first steps, or
-    # a diverged loss; read like the logged value itself (warm-up when a finite value follows, else evidence)
+    # tensorboardX's warning when a nan/inf scalar is logged, without saying which: a diverged loss, a skipped fp16
+    # step's grad norm, or another scalar altogether (lm-sys/FastChat#2378: the warning at every logging step, each
+    # time beside a finite loss). A finite loss or grad norm logged after it says the scalar was another one: no
+    # evidence then (a loss that does turn nan is logged as nan, which the signature above reads)
     _sig("loss.nan", r"NaN or Inf found in input tensor", 8, "NVIDIA/apex#493 (beside the scale falling to 2)",
-         recovered=_LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?\d"),
+         unless=_LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?\d"),
     # the fp16 loss scale driven to its floor: not warm-up any more (fairseq: 'setting loss scale to: 0.000122', then
     # FloatingPointError: Minimum loss scale reached)
     _sig("loss.nan", r"Current loss scale already at minimum|Minimum loss scale reached|"

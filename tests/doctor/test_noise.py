@@ -57,6 +57,28 @@ def test_tensorboards_nan_scalar_warning_is_read_like_the_logged_value(tmp_path)
                              "Warning: NaN or Inf found in input tensor."]) == "loss.nan"
 
 
+def test_tensorboards_warning_beside_finite_losses_at_every_logging_step_is_about_another_scalar(tmp_path):
+    """The warning does not say which scalar: when a finite loss is logged after it, the loss was not the one (the
+    shape of lm-sys/FastChat#2378 and NVlabs/Deep_Object_Pose#403, tuning-side healthy logs of corpus_k)."""
+    every_step = ["WARNING:root:NaN or Inf found in input tensor.",
+                  "{'loss': 3.0489, 'learning_rate': 5.9999999999999995e-05, 'epoch': 0.01}",
+                  "WARNING:root:NaN or Inf found in input tensor.",
+                  "{'loss': 2.8812, 'learning_rate': 5.9999999999999995e-05, 'epoch': 0.02}",
+                  "WARNING:root:NaN or Inf found in input tensor."]
+    assert _first(tmp_path, every_step) is None
+    # a loss that does turn nan is logged as nan, and speaks whatever the warning does
+    assert _first(tmp_path, [*every_step, "{'loss': nan, 'learning_rate': 6e-05, 'epoch': 0.03}"]) == "loss.nan"
+
+
+def test_a_sentence_about_nan_losses_is_not_a_nan_loss(tmp_path):
+    amp_check = ["AMP: running Automatic Mixed Precision (AMP) checks with YOLOv8n...",
+                 "AMP: checks failed . Anomalies were detected with AMP on your system that may lead to NaN losses or "
+                 "zero-mAP results, so AMP will be disabled during training.",
+                 "Starting training for 500 epochs..."]
+    assert _first(tmp_path, amp_check) is None
+    assert _first(tmp_path, ["step 300: nan loss, stopping"]) == "loss.nan"
+
+
 def test_fairseqs_loss_scale_notes_are_warmup_until_the_scale_reaches_its_floor(tmp_path):
     assert _first(tmp_path, [
         "2020-08-01 12:39:16 | INFO | fairseq.trainer | NOTE: overflow detected, setting loss scale to: 1024.0",

@@ -89,6 +89,9 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
     warmup: dict[str, list[tuple[Finding, Signature]]] = {}  # per file: blips before any finite value of their kind
     settled: set[tuple[str, Signature]] = set()  # (file, signature) whose value was seen finite: no warm-up any more
     recovering = [(sig, sig.recovered) for sig in SIGNATURES if sig.recovered is not None]
+    unsaid: list[tuple[Finding, Signature]] = []  # matches of signatures a later line may show to be about another value
+    undecided: dict[str, set[Signature]] = {}  # per file: such signatures matched and not yet shown to be about another
+    disowned: set[tuple[str, Signature]] = set()  # (file, signature) a line showed was about another value
     for line in lines:
         stream = (line.file, line.rank)
         text = line.text
@@ -96,6 +99,10 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
             if sig.until is not None and sig.until.search(text):  # the wait ended well: that line was no evidence
                 findings.remove(wait)
                 waiting[line.file].remove((wait, sig))
+        for sig in list(undecided.get(line.file, ())):
+            if sig.unless is not None and sig.unless.search(text) and not sig.pattern.search(text):
+                disowned.add((line.file, sig))
+                undecided[line.file].discard(sig)
         for sig, recovered in recovering:
             if recovered.search(text) and not sig.pattern.search(text):  # the value is finite here
                 settled.add((line.file, sig))
@@ -160,7 +167,12 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
                 waiting.setdefault(line.file, []).append((finding, sig))
             if sig.recovered is not None and (line.file, sig) not in settled:
                 warmup.setdefault(line.file, []).append((finding, sig))
-    return findings
+            if sig.unless is not None:
+                unsaid.append((finding, sig))
+                if (line.file, sig) not in disowned:
+                    undecided.setdefault(line.file, set()).add(sig)
+    gone = {id(finding) for finding, sig in unsaid if (finding.where.file, sig) in disowned}
+    return [finding for finding in findings if id(finding) not in gone]
 
 
 def ignored_exception_lines(lines: Sequence[ReadLine]) -> set[int]:
