@@ -95,17 +95,16 @@ class Signature:
     """For a value that may blip in a run's first logged steps (a nan grad norm while the fp16 loss scale settles): a
     line of the same log showing the value finite. A match before any such line is warm-up, no evidence once a finite
     value follows; a match after the run has shown finite values is evidence even if the value recovers."""
-    unless: re.Pattern[str] | None = None
-    """For a line that does not say which value it is about: a later line of the same log that shows it was not the
-    value this signature is for (every match of the signature in that log is then no evidence, later ones too)."""
+    repeats: bool = False
+    """A match that stands alone in its log (after warm-up is set aside) is no evidence: a one-off that the run goes
+    past (a skipped step), where the failure repeats on every step."""
 
 
 def _sig(cause: str, pattern: str, weight: int, source: str, *, echo: bool = False, fix: str = "", until: str = "",
-         needs: str = "", recovered: str = "", unless: str = "") -> Signature:
+         needs: str = "", recovered: str = "", repeats: bool = False) -> Signature:
     return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, echo, source, fix,
                      re.compile(until, re.IGNORECASE) if until else None, re.compile(needs) if needs else None,
-                     re.compile(recovered, re.IGNORECASE) if recovered else None,
-                     re.compile(unless, re.IGNORECASE) if unless else None)
+                     re.compile(recovered, re.IGNORECASE) if recovered else None, repeats)
 
 
 #: The process died without an exception of its own: a glog/absl FATAL line (``F0105 11:48:25.52 123 file.cc:65]``,
@@ -129,6 +128,13 @@ _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torc
 #: empty or label-less evaluation set gives nan there while training is fine, instructlab/taxonomy#785).
 _LOGGED_LOSS = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
                 r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?(?:loss|grad[ _]norm)\b")
+_TRAINING_LOSS = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
+                  r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?loss\b")
+_GRAD_NORM = r"\bgrad[ _]norm\b"
+#: Then a non-finite value, quoted or not: ``loss: nan``, ``'grad_norm': inf``, ``grad_norm=nan``.
+_NON_FINITE = r"['\"]?\s*[:=]?\s*['\"]?-?(?:nan|inf)\b"
+#: Then a finite one.
+_FINITE = r"['\"]?\s*[:=]?\s*['\"]?-?\d"
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- GPU memory
@@ -318,22 +324,26 @@ SIGNATURES: tuple[Signature, ...] = (
     # perplexity). In the first logged steps, before any finite value, it is the fp16 loss scale settling (a skipped step
     # logs a nan grad norm) when a finite value follows: mmocr's 'grad_norm: nan' at step 100 then 3.98 (JiaquanYe/
     # TableMASTER-mmocr#32, 'normal if the loss can converge'). After finite values it is divergence, even if it recovers.
-    _sig("loss.nan", _LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?(?:nan|inf)\b", 8,
-         "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396, "
-         "JeffWang987/DriveDreamer#23 (total_loss: nan after finite steps)",
-         recovered=_LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?\d"),
+    _sig("loss.nan", _TRAINING_LOSS + _NON_FINITE, 8,
+         "JeffWang987/DriveDreamer#23 (total_loss: nan after finite steps)", recovered=_LOGGED_LOSS + _FINITE),
+    # The same for a grad norm, which a run also logs non-finite on a single step it goes past: a mixed-precision
+    # overflow mid-run, a step the framework's guard skipped (epfLLM/Megatron-LLM#34: 'Bad grad_norm detected
+    # (grad_norm=nan)', then 'number of skipped iterations: 1'; ZYang2077/DAOcc#25, one nan among finite losses).
+    # Divergence repeats on every step (AnswerDotAI/ModernBERT#233, bigscience-workshop/Megatron-DeepSpeed#396,
+    # OpenBMB/MiniCPM-V#212): a nan grad norm that stands alone in its log is no evidence.
+    _sig("loss.nan", _GRAD_NORM + _NON_FINITE, 8,
+         "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396",
+         recovered=_LOGGED_LOSS + _FINITE, repeats=True),
     # ('nan loss', never 'NaN losses': a sentence about them, as ultralytics/ultralytics#1348's AMP check warns
     # that AMP "may lead to NaN losses" and turns it off)
     _sig("loss.nan", r"Loss is NaN|nan loss(?!es)|"
          r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)|Loss became infinite or NaN|"
          r"loss is not finite|returned nan values in its \d+th output", 8,
          "hpcaitech/ColossalAI#3439"),
-    # tensorboardX's warning when a nan/inf scalar is logged, without saying which: a diverged loss, a skipped fp16
-    # step's grad norm, or another scalar altogether (lm-sys/FastChat#2378: the warning at every logging step, each
-    # time beside a finite loss). A finite loss or grad norm logged after it says the scalar was another one: no
-    # evidence then (a loss that does turn nan is logged as nan, which the signature above reads)
-    _sig("loss.nan", r"NaN or Inf found in input tensor", 8, "NVIDIA/apex#493 (beside the scale falling to 2)",
-         unless=_LOGGED_LOSS + r"['\"]?\s*[:=]?\s*['\"]?-?\d"),
+    # (tensorboardX's 'NaN or Inf found in input tensor' is no evidence: it names no scalar, and the tuning set has it
+    # only in runs that worked — beside a finite loss at every logging step, lm-sys/FastChat#2378,
+    # NVlabs/Deep_Object_Pose#368 and #403; a one-element tensor's std, allenai/allennlp#3116; fp16 warm-up,
+    # ChenRocks/UNITER#28. A loss that does turn nan is logged as nan, which the signatures above read.)
     # the fp16 loss scale driven to its floor: not warm-up any more (fairseq: 'setting loss scale to: 0.000122', then
     # FloatingPointError: Minimum loss scale reached)
     _sig("loss.nan", r"Current loss scale already at minimum|Minimum loss scale reached|"

@@ -48,26 +48,39 @@ def test_a_nan_grad_norm_in_the_first_logged_steps_is_warmup_when_finite_values_
     assert _first(tmp_path, _tuning_case("JeffWang987-DriveDreamer-23-1")) == "loss.nan"
 
 
-def test_tensorboards_nan_scalar_warning_is_read_like_the_logged_value(tmp_path):
+def test_tensorboards_nan_or_inf_warning_is_no_evidence_and_a_nan_loss_still_speaks(tmp_path):
+    """tensorboardX's warning names no scalar: in the tuning set it is only in runs that worked (beside a finite loss at
+    every logging step, lm-sys/FastChat#2378; fp16 warm-up, ChenRocks/UNITER#28; a one-element tensor's std,
+    allenai/allennlp#3116). A loss that does turn nan is logged as nan."""
     warmup = ["Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0",
               "Warning: NaN or Inf found in input tensor.",
               "Epoch: 1 | step 20 | loss: 6.8008 | grad_norm: 2.31"]
     assert _first(tmp_path, warmup) is None
-    assert _first(tmp_path, ["Epoch: 15 | step 8000 | loss: 0.1499 | grad_norm: 0.42",
-                             "Warning: NaN or Inf found in input tensor."]) == "loss.nan"
-
-
-def test_tensorboards_warning_beside_finite_losses_at_every_logging_step_is_about_another_scalar(tmp_path):
-    """The warning does not say which scalar: when a finite loss is logged after it, the loss was not the one (the
-    shape of lm-sys/FastChat#2378 and NVlabs/Deep_Object_Pose#403, tuning-side healthy logs of corpus_k)."""
     every_step = ["WARNING:root:NaN or Inf found in input tensor.",
                   "{'loss': 3.0489, 'learning_rate': 5.9999999999999995e-05, 'epoch': 0.01}",
                   "WARNING:root:NaN or Inf found in input tensor.",
                   "{'loss': 2.8812, 'learning_rate': 5.9999999999999995e-05, 'epoch': 0.02}",
                   "WARNING:root:NaN or Inf found in input tensor."]
     assert _first(tmp_path, every_step) is None
-    # a loss that does turn nan is logged as nan, and speaks whatever the warning does
+    assert _first(tmp_path, ["Epoch: 15 | step 8000 | loss: 0.1499 | grad_norm: 0.42",
+                             "Warning: NaN or Inf found in input tensor."]) is None
     assert _first(tmp_path, [*every_step, "{'loss': nan, 'learning_rate': 6e-05, 'epoch': 0.03}"]) == "loss.nan"
+
+
+def test_a_nan_grad_norm_alone_is_a_step_the_run_went_past_and_one_on_every_step_is_divergence(tmp_path):
+    """Megatron's guard skipping one step (epfLLM/Megatron-LLM#34) and an overflow among finite losses
+    (ZYang2077/DAOcc#25) log one non-finite grad norm; a diverged run logs it on every step (AnswerDotAI/ModernBERT#233)."""
+    finite = " iteration     3633/    8000 | lm loss: 2.1E+00 | loss scale: 1.0 | grad norm: 0.794 | number of skipped iterations:   0 |"
+    skipped = [finite, "***WARNING*** Bad grad_norm detected (grad_norm=nan)",
+               " iteration     3634/    8000 | loss scale: 1.0 | number of skipped iterations:   1 |"]
+    assert _first(tmp_path, skipped) is None
+    assert _first(tmp_path, ["Epoch [1][50/30895]\tlr: 7.973e-05, loss/occ/loss_occ: 2.4932, loss: 267.1156, grad_norm: nan"]) is None
+    diverged = ["{'loss': 0.2051, 'grad_norm': nan, 'learning_rate': 9.774074342405685e-06, 'epoch': 0.53}",
+                "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 9.773696745450087e-06, 'epoch': 0.53}"]
+    assert _first(tmp_path, diverged) == "loss.nan"
+    assert _first(tmp_path, [finite, *diverged]) == "loss.nan"
+    # a nan loss speaks alone: only the grad norm has to repeat
+    assert _first(tmp_path, [finite, "step 3634 | total_loss: nan | grad_norm: 0.8"]) == "loss.nan"
 
 
 def test_a_sentence_about_nan_losses_is_not_a_nan_loss(tmp_path):

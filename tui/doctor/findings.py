@@ -89,9 +89,7 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
     warmup: dict[str, list[tuple[Finding, Signature]]] = {}  # per file: blips before any finite value of their kind
     settled: set[tuple[str, Signature]] = set()  # (file, signature) whose value was seen finite: no warm-up any more
     recovering = [(sig, sig.recovered) for sig in SIGNATURES if sig.recovered is not None]
-    unsaid: list[tuple[Finding, Signature]] = []  # matches of signatures a later line may show to be about another value
-    undecided: dict[str, set[Signature]] = {}  # per file: such signatures matched and not yet shown to be about another
-    disowned: set[tuple[str, Signature]] = set()  # (file, signature) a line showed was about another value
+    repeating: list[tuple[Finding, Signature]] = []  # matches of signatures that count only when they repeat in their log
     for line in lines:
         stream = (line.file, line.rank)
         text = line.text
@@ -99,10 +97,6 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
             if sig.until is not None and sig.until.search(text):  # the wait ended well: that line was no evidence
                 findings.remove(wait)
                 waiting[line.file].remove((wait, sig))
-        for sig in list(undecided.get(line.file, ())):
-            if sig.unless is not None and sig.unless.search(text) and not sig.pattern.search(text):
-                disowned.add((line.file, sig))
-                undecided[line.file].discard(sig)
         for sig, recovered in recovering:
             if recovered.search(text) and not sig.pattern.search(text):  # the value is finite here
                 settled.add((line.file, sig))
@@ -167,12 +161,23 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
                 waiting.setdefault(line.file, []).append((finding, sig))
             if sig.recovered is not None and (line.file, sig) not in settled:
                 warmup.setdefault(line.file, []).append((finding, sig))
-            if sig.unless is not None:
-                unsaid.append((finding, sig))
-                if (line.file, sig) not in disowned:
-                    undecided.setdefault(line.file, set()).add(sig)
-    gone = {id(finding) for finding, sig in unsaid if (finding.where.file, sig) in disowned}
-    return [finding for finding in findings if id(finding) not in gone]
+            if sig.repeats:
+                repeating.append((finding, sig))
+    return _without_lone_matches(findings, repeating)
+
+
+def _without_lone_matches(findings: list[Finding], repeating: list[tuple[Finding, Signature]]) -> list[Finding]:
+    """``findings`` less each match of a ``repeats`` signature that is the only one of it left in its log (warm-up
+    already set aside)."""
+    if not repeating:
+        return findings
+    kept = {id(finding) for finding in findings}
+    left: dict[tuple[str, Signature], list[Finding]] = {}
+    for finding, sig in repeating:
+        if id(finding) in kept:
+            left.setdefault((finding.where.file, sig), []).append(finding)
+    lone = {id(alone[0]) for alone in left.values() if len(alone) == 1}
+    return [finding for finding in findings if id(finding) not in lone]
 
 
 def ignored_exception_lines(lines: Sequence[ReadLine]) -> set[int]:
