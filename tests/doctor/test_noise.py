@@ -203,3 +203,17 @@ def test_torchruns_failed_rendezvous_shutdown_at_exit_is_noise_and_a_store_that_
     assert diagnose_files([tmp_path / "node0.log", tmp_path / "node1.log"]) == []
     # the store that cannot be reached when the run starts still speaks
     assert _first(tmp_path, _tuning_case("pytorch-pytorch-67547-1")) == "rendezvous"
+
+
+def test_a_cancelled_feeder_thread_at_the_end_of_a_run_is_no_error_and_a_real_one_still_speaks(tmp_path):
+    """TensorFlow's enqueue thread raises CancelledError when the session closes after training (DeepLabCut/DeepLabCut
+    #955, #683: 'This is fine'): a cancellation is a stop something else asked for, never a cause nor the first error."""
+    cancelled = ["iteration: 1030000 loss: 0.0007 lr: 0.001",
+                 "Exception in thread Thread-1:",
+                 "Traceback (most recent call last):",
+                 '  File "/env/lib/python3.6/site-packages/tensorflow_core/python/client/session.py", line 1365, in _do_call',
+                 "    return fn(*args)",
+                 "tensorflow.python.framework.errors_impl.CancelledError: Enqueue operation was cancelled"]
+    assert _first(tmp_path, cancelled) is None
+    assert _first(tmp_path, [*cancelled, "Traceback (most recent call last):", '  File "/work/train.py", line 9, in <module>',
+                             "ValueError: could not broadcast input array"]) == "code.error"

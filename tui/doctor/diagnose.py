@@ -17,7 +17,7 @@ from typing import Any
 from shared.doctor_signatures import CAUSES, FIXES, is_normal
 from shared.torchrun_failures import says_a_worker_failed
 
-from .findings import ignored_exception_lines
+from .findings import ignored_exception_lines, is_cancellation
 from .fixes import computed_fix
 from .model import Diagnosis, Evidence, Finding, ReadLine
 
@@ -166,10 +166,10 @@ def _failure_lines(lines: Sequence[ReadLine]) -> list[ReadLine]:
 
 def _error_lines(lines: Sequence[ReadLine]) -> list[ReadLine]:
     """Lines that look like an error (an exception line, an ``error:`` line), not the launcher's summary of one, nor
-    an exception Python printed and ignored (a ``__del__`` at shutdown)."""
+    an exception Python printed and ignored (a ``__del__`` at shutdown), nor a cancellation."""
     ignored = ignored_exception_lines(lines)
     return [line for line in lines if _ERROR_LOOKING.search(line.text) and not _LAUNCHER.search(line.text)
-            and not is_normal(line.text) and line.order not in ignored]
+            and not is_normal(line.text) and line.order not in ignored and not is_cancellation(line.text)]
 
 
 def _unknown(lines: Sequence[ReadLine], record: Mapping[str, Any] | None) -> Diagnosis:

@@ -29,11 +29,15 @@ from shared.torchrun_failures import summary_exit, worker_failed
 
 from .model import Finding, ReadLine
 
-__all__ = ["find", "ignored_exception_lines"]
+__all__ = ["find", "ignored_exception_lines", "is_cancellation"]
 
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
 _EXC_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)|[A-Za-z_][\w.]*Error\b)(?::\s?(?P<msg>.*))?$")
-_ECHO_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "DistNetworkError", "SignalException", "KeyboardInterrupt")
+#: Exceptions that are the consequence of another failure or of a stop, never a cause: torchrun's summary of a dead
+#: worker, a collective that lost its peer, a signal, Ctrl-C, and a cancellation (asyncio's, concurrent.futures', and
+#: TensorFlow's, whose feeder thread raises it when the session closes at the end of a run that worked:
+#: DeepLabCut/DeepLabCut#955, #683).
+_ECHO_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "DistNetworkError", "SignalException", "KeyboardInterrupt", "CancelledError")
 _FTWIZ_ERROR_RE = re.compile(r"ftwiz: error \(rank (?P<rank>\d+)\): (?P<message>.+)$")
 _DATA_RE = re.compile(r"^dataset |\.(?:jsonl?|csv|parquet) line \d+|^record at line \d+|not UTF-8 text|expected a JSON object|"
                       r"unknown record shape|\"messages\" must|\"input\" must", re.IGNORECASE)
@@ -178,6 +182,13 @@ def _without_lone_matches(findings: list[Finding], repeating: list[tuple[Finding
             left.setdefault((finding.where.file, sig), []).append(finding)
     lone = {id(alone[0]) for alone in left.values() if len(alone) == 1}
     return [finding for finding in findings if id(finding) not in lone]
+
+
+def is_cancellation(text: str) -> bool:
+    """Whether ``text`` is the exception line of a cancellation (``CancelledError``): a stop something else asked for,
+    not even the first error of a log (an echo such as ``DistBackendError`` may still carry the reason in its words)."""
+    exc = _EXC_RE.match(text.strip())
+    return exc is not None and exc.group("type").rsplit(".", 1)[-1] == "CancelledError"
 
 
 def ignored_exception_lines(lines: Sequence[ReadLine]) -> set[int]:
