@@ -388,7 +388,8 @@ def test_a_script_that_does_not_parse_is_named_by_its_own_file_and_line(tmp_path
     monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setattr(sys, "modules", dict(sys.modules))  # the runner forgets ftwiz's shared modules before the script
+    for name in [name for name in sys.modules if name == "shared" or name.startswith("shared.")]:
+        monkeypatch.setitem(sys.modules, name, sys.modules[name])  # the runner forgets them before the script: put back
     assert run_command([str(tmp_path / "train.py")], str(tmp_path)) == 1
     record = parse_line(next(line for line in capsys.readouterr().out.splitlines() if '"error"' in line))
     assert record.message.startswith("SyntaxError: ") and record.message.endswith(" at train.py:3"), record
