@@ -126,11 +126,11 @@ _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torc
 #: (an ``eval_loss``, a ``val_loss`` or a ``loss_cls`` component is not: no word boundary before or after ``loss``;
 #: nor is an evaluation loss spelt with a space, ``Val loss nan``, ``valid loss``, ``eval loss``, ``test loss``: an
 #: empty or label-less evaluation set gives nan there while training is fine, instructlab/taxonomy#785).
-_LOGGED_LOSS = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
-                r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?(?:loss|grad[ _]norm)\b")
-_TRAINING_LOSS = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
-                  r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?loss\b")
+_TRAINING = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
+             r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?")
+_TRAINING_LOSS = _TRAINING + r"loss\b"
 _GRAD_NORM = r"\bgrad[ _]norm\b"
+_LOGGED_LOSS = _TRAINING + r"(?:loss|grad[ _]norm)\b"
 #: Then a non-finite value, quoted or not: ``loss: nan``, ``'grad_norm': inf``, ``grad_norm=nan``.
 _NON_FINITE = r"['\"]?\s*[:=]?\s*['\"]?-?(?:nan|inf)\b"
 #: Then a finite one.
