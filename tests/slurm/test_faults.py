@@ -36,6 +36,16 @@ def _started(run: Ftwiz) -> bool:
     return "".join(run.out).count("started: rank") == 3 or run.proc.poll() is not None
 
 
+def _keeper_step(slurm3: SlurmCluster, job: str) -> str:
+    """The keepers' step (``JOB.N``), found by its name: it is step 0 only when the batch script's ``srun`` came
+    before ftwiz's agents step (on a loaded host the agents' ``srun`` was first, and ``scancel JOB.0`` ended the
+    agents while the run went on)."""
+    listing = slurm3.run(["squeue", "-h", "--steps", "--jobs", job, "--format", "%i %j"]).stdout
+    steps = [fields[0] for fields in map(str.split, listing.splitlines()) if fields[1:] == ["ftwiz-keeper"]]
+    assert len(steps) == 1, listing
+    return steps[0]
+
+
 def _record(runs: Path, run_id: str) -> dict:
     return json.loads((runs / run_id / "run.json").read_text())
 
@@ -96,7 +106,7 @@ def test_a_cancelled_keeper_step_ends_the_run_everywhere(slurm3: SlurmCluster, t
         assert wait_until(lambda: _started(run), 300), run.text()
         run_id, job = run.run_id(), run.job_id()
         cancelled_at = time.monotonic()
-        slurm3.run(["scancel", f"{job}.0"])  # step 0 is the keepers: the run's processes are in it
+        slurm3.run(["scancel", _keeper_step(slurm3, job)])  # the run's processes are in the keepers' step
         # waits for the end, not for a time: the record's reason below says it was Slurm's verdict that ended the
         # run, not a wait for silent nodes (in CI on a loaded host ftwiz was still running 60 s after the scancel)
         assert run.wait(300) == 1, run.text()
