@@ -48,19 +48,21 @@ sysdeps:
 
 # ruff and mypy over the shipped code; their settings live in pyproject.toml, their versions in constraints.txt.
 LINT_PATHS := agent tui shared nodeside
+RUFF := $(VENV)/bin/ruff check $(LINT_PATHS)
+MYPY := $(VENV)/bin/mypy $(LINT_PATHS)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check $(LINT_PATHS)
-	$(VENV)/bin/mypy $(LINT_PATHS)
+	$(RUFF)
+	$(MYPY)
 
-# Two pytest-xdist workers (PYTEST_WORKERS=0: one process; three gained too little to measure on 2 cores, README "Tests"); tests that share a fixed resource (the Slurm cluster's
+# Two pytest-xdist workers (PYTEST_WORKERS=0: one process; three are faster but not yet proven free of load races, README "Tests"); tests that share a fixed resource (the Slurm cluster's
 # ports) carry one xdist_group, which --dist loadgroup keeps on one worker. PYTEST_ARGS adds to the command line.
 # ruff first (a second); mypy (about 40 s of one core from a fresh clone) runs beside pytest, whose tests leave a
 # core idle while they wait on a stall window or a held node, and its report follows pytest's; either failing fails.
 PYTEST_WORKERS ?= 2
 MYPY_LOG := $(VENV)/mypy.log
 test: sysdeps $(STAMP)
-	$(VENV)/bin/ruff check $(LINT_PATHS)
-	@$(VENV)/bin/mypy $(LINT_PATHS) > $(MYPY_LOG) 2>&1 & mypy=$$!; \
+	$(RUFF)
+	@$(MYPY) > $(MYPY_LOG) 2>&1 & mypy=$$!; \
 	$(VPY) -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); tests=$$?; \
 	wait $$mypy; typed=$$?; echo "mypy $(LINT_PATHS):"; cat $(MYPY_LOG); \
 	if [ $$typed != 0 ]; then echo "make test: mypy failed (above)" >&2; fi; \
