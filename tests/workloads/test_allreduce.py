@@ -82,16 +82,23 @@ def test_sigusr1_dumps_every_thread_stack(rundir, tmp_path):
     """The launcher's stall handling signals a rank before stopping it: the stack must reach stderr."""
     spec = write_spec(tmp_path, workload="allreduce", sizes_mb=[1], iterations=100_000, warmup_iterations=0)
     proc = start(torchrun_argv(spec, nproc=2), rundir)
+    errors: list[str] = []
+    threading.Thread(target=lambda: [errors.append(line) for line in proc.stderr], daemon=True).start()
     try:
         pids = _started_pids(proc, count=2, timeout=90)
-        time.sleep(1.0)  # let the ranks enter the timed loop
-        os.kill(pids[1], signal.SIGUSR1)
-        time.sleep(1.0)
+        # "started" comes before the rank enters allreduce.py: signal again until a dump shows it there (each
+        # dump reaches stderr at once; a loaded host may only delay the rank's arrival in the loop)
+        deadline = time.monotonic() + 60
+        while "allreduce.py" not in "".join(errors) and time.monotonic() < deadline:
+            os.kill(pids[1], signal.SIGUSR1)
+            shown = time.monotonic() + 2
+            while "allreduce.py" not in "".join(errors) and time.monotonic() < shown:
+                time.sleep(0.05)
     finally:
         kill_group(proc)
-    stderr = proc.stderr.read()
+    stderr = "".join(errors)
     assert "Current thread" in stderr or "Thread 0x" in stderr, stderr[-2000:]
-    assert "allreduce.py" in stderr  # the dump shows where the rank was
+    assert "allreduce.py" in stderr, stderr[-2000:]  # the dump shows where the rank was
 
 
 def test_workers_die_with_a_killed_torchrun(rundir, tmp_path):
