@@ -303,7 +303,7 @@ class Node:
         log = open(log_path, "ab")
         try:
             return subprocess.Popen(self.netns_argv(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, cwd=cwd, env=_child_env())
+                                    start_new_session=True, cwd=cwd, env=_child_env(node_cache=True))
         finally:
             log.close()
 
@@ -321,9 +321,22 @@ class Node:
         return check()
 
 
-def _child_env() -> dict[str, str]:
-    """Environment for node processes: no proxy (nodes reach only namespace addresses), the repo importable."""
+NODE_CACHE = reaper.STATE_DIR / "node-cache"
+"""``XDG_CACHE_HOME`` of every node's agent and sshd. The agents cache a CPU torch build's versions there (keyed by the
+interpreter and torch's files, :mod:`agent.workloads.versions`); without it an agent started under a test that
+points ``XDG_CACHE_HOME`` at a directory of its own (the checklist tests keep their mesh cache apart) imported
+torch again to answer its first report: 26 times in one run, 48 CPU seconds. The nodes share one interpreter and
+one torch, so one cache is what separate machines with the same install would each hold."""
+
+
+def _child_env(*, node_cache: bool = False) -> dict[str, str]:
+    """Environment for node processes: no proxy (nodes reach only namespace addresses), the repo importable; with
+    ``node_cache`` (the node's daemons: agent, sshd), the nodes' shared cache. A command a test runs in a node
+    keeps the test's own ``XDG_CACHE_HOME``."""
     env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
+    if node_cache:
+        NODE_CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
+        env["XDG_CACHE_HOME"] = str(NODE_CACHE)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
