@@ -31,7 +31,7 @@ def _remove_state_home() -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest work first, so two xdist workers finish together instead of one idling through a long tail.
+    """Longest work first, so the xdist workers finish together instead of one idling through a long tail.
 
     Tests kept on one worker (an ``xdist_group``: a Slurm cluster's fixed ports, a module fixture that builds a
     cluster or runs every induced failure once) go first, then the namespace-cluster and torchrun tests, then the
