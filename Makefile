@@ -54,13 +54,13 @@ lint: $(STAMP)
 	$(RUFF)
 	$(MYPY)
 
-# Three pytest-xdist workers on two cores: tests that wait on a stall window or a held node leave a core idle that
-# the third fills (README "Tests"; PYTEST_WORKERS=2 or 0 for one process). Tests that share a fixed resource (the
-# Slurm cluster's ports) carry one xdist_group, which --dist loadgroup keeps on one worker. PYTEST_ARGS adds to the
-# command line.
+# Two pytest-xdist workers (PYTEST_WORKERS=0: one process). Three are 11 % faster from a fresh clone, but their load
+# has twice found a race between tests that two had not shown (README "Tests"). Tests that share a fixed
+# resource (the Slurm cluster's ports) carry one xdist_group, which --dist loadgroup keeps on one worker.
+# PYTEST_ARGS adds to the command line.
 # ruff first (a second); mypy (about 40 s of one core from a fresh clone) runs beside pytest, whose tests leave a
 # core idle while they wait on a stall window or a held node, and its report follows pytest's; either failing fails.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 2
 MYPY_LOG := $(VENV)/mypy.log
 test: sysdeps $(STAMP)
 	$(RUFF)

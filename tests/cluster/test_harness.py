@@ -238,17 +238,32 @@ def test_write_config_is_valid(make_cluster, tmp_path):
         assert entry.python == cluster.training_python
 
 
-def test_failed_start_names_the_node_and_leaves_nothing(cluster_support):
+def test_failed_start_names_the_node_and_leaves_nothing(cluster_support, monkeypatch):
     require_cluster_support(need_agent=True)  # the failure is provoked through the agent's CLI
-    runs_before = set(reaper.STATE_DIR.glob("*.json"))
-    netns_before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    # What this cluster reserved, and only that: other xdist workers create and remove clusters meanwhile, so a
+    # before/after listing of every state file and namespace would count theirs too.
+    reserved: list[Cluster] = []
+    real_reserve = Cluster._reserve.__func__
+
+    def reserve(cls, n):
+        cluster = real_reserve(cls, n)
+        reserved.append(cluster)
+        return cluster
+
+    monkeypatch.setattr(Cluster, "_reserve", classmethod(reserve))
     with pytest.raises(ClusterError) as info:
         Cluster.create(2, agent_args=["--no-such-option"], timeout=60)
     message = str(info.value)
     assert "node0: agent exited" in message or "node1: agent exited" in message, message
     assert "--no-such-option" in message, "the log tail shows why the agent refused to start"
-    assert set(reaper.STATE_DIR.glob("*.json")) <= runs_before
-    assert not {ns for ns in (set(os.listdir("/run/netns")) - netns_before) if ns.startswith("ftwz-")}
+    (cluster,) = reserved
+    state = cluster._state
+    assert state.namespaces and state.bridge, state
+    assert not state.path.exists(), f"{state.path} was left behind"
+    namespaces = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    assert not set(state.namespaces) & namespaces, namespaces
+    assert not Path(f"/sys/class/net/{state.bridge}").exists(), state.bridge
+    assert not any(Path(f"/sys/class/net/{veth}").exists() for veth in state.host_veths), state.host_veths
 
 
 POLICY_TEST = """
