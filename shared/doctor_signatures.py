@@ -335,9 +335,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/AnswerDotAI/ModernBERT/issues/233; bigscience-workshop/Megatron-DeepSpeed#396",
          recovered=_LOGGED_LOSS + _FINITE, repeats=True),
     # ('nan loss', never 'NaN losses': a sentence about them, as ultralytics/ultralytics#1348's AMP check warns
-    # that AMP "may lead to NaN losses" and turns it off)
+    # that AMP "may lead to NaN losses" and turns it off. A JSON log's '"loss": NaN' is Python's json writing a nan; a
+    # '"loss": null' is a step that logged no training loss — an evaluation or the closing summary record.)
     _sig("loss.nan", r"Loss is NaN|nan loss(?!es)|"
-         r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*(?:null|NaN)|Loss became infinite or NaN|"
+         r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*NaN|Loss became infinite or NaN|"
          r"loss is not finite|returned nan values in its \d+th output", 8,
          "hpcaitech/ColossalAI#3439"),
     # (tensorboardX's 'NaN or Inf found in input tensor' is no evidence: it names no scalar, and the tuning set has it
@@ -345,9 +346,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # NVlabs/Deep_Object_Pose#368 and #403; a one-element tensor's std, allenai/allennlp#3116; fp16 warm-up,
     # ChenRocks/UNITER#28. A loss that does turn nan is logged as nan, which the signatures above read.)
     # the fp16 loss scale driven to its floor: not warm-up any more (fairseq: 'setting loss scale to: 0.000122', then
-    # FloatingPointError: Minimum loss scale reached)
+    # FloatingPointError: Minimum loss scale reached). fairseq starts at 128 and a healthy run may live near 1, dipping
+    # to 0.5 and growing back while its loss improves: a fairseq scale is evidence below 0.1 (its floor is 1e-4).
     _sig("loss.nan", r"Current loss scale already at minimum|Minimum loss scale reached|"
-         r"(?:reducing|setting) loss scale to:? (?:0\.\d+|\d(?:\.\d+)?e-\d+|0)\b|"
+         r"(?:reducing|setting) loss scale to:? (?:0\.0\d*|\d(?:\.\d+)?e-\d+|0(?![.\d]))|"
          r"reducing (?:loss scale )?to [0-4](?:\.0+)?(?!\.?\d)", 9,
          "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex), "
          "facebookresearch/fairseq#512 (fairseq's words); a scale halved down "

@@ -2,7 +2,7 @@
 
 Every ``tests/doctor/corpus/*.jsonl`` is read (file names in sorted order), then every ``*.jsonl`` of the
 directories listed in ``$FTWIZ_CORPUS_DIRS`` (``:``-separated, in that order). A row that breaks the
-format (``_notes/CORPUS.md``, summarised in ``tests/doctor/corpus/SPLIT.md``) is a :class:`CorpusError`
+format (``tests/doctor/corpus/SPLIT.md``) is a :class:`CorpusError`
 naming ``file:line`` and the field. A thread met again in a later file is dropped there: the first file
 that has a thread keeps all of its excerpts. The split is frozen: :func:`held_out` decides from the
 thread's name alone, so a case never moves between the tuning and the held-out set.

@@ -97,7 +97,15 @@ def test_fairseqs_loss_scale_notes_are_warmup_until_the_scale_reaches_its_floor(
         "2020-08-01 12:39:16 | INFO | fairseq.trainer | NOTE: overflow detected, setting loss scale to: 1024.0",
         "2020-08-01 12:39:39 | INFO | train_inner | epoch 001:   3615 / 6547 loss=0.439, nll_loss=0.001, loss_scale=1399",
     ]) is None
+    # a run that lives near a scale of 1 dips below it and grows back while its loss improves
+    assert _first(tmp_path, [
+        "| epoch 012 | loss 3.902 | nll_loss 2.231 | ppl 4.69 | num_updates 3050 | gnorm 0.311 | loss_scale 1.000",
+        "| WARNING: overflow detected, setting loss scale to: 1.0",
+        "| WARNING: overflow detected, setting loss scale to: 0.5",
+        "| WARNING: overflow detected, setting loss scale to: 0.25",
+    ]) is None
     assert _first(tmp_path, ["| WARNING: overflow detected, setting loss scale to: 0.0001220703125"]) == "loss.nan"
+    assert _first(tmp_path, ["| WARNING: overflow detected, setting loss scale to: 0.03125"]) == "loss.nan"
     assert _first(tmp_path, ["FloatingPointError: Minimum loss scale reached (0.0001)."]) == "loss.nan"
     assert _first(tmp_path, _tuning_case("facebookresearch-fairseq-512-1")) == "loss.nan"
 
@@ -217,3 +225,14 @@ def test_a_cancelled_feeder_thread_at_the_end_of_a_run_is_no_error_and_a_real_on
     assert _first(tmp_path, cancelled) is None
     assert _first(tmp_path, [*cancelled, "Traceback (most recent call last):", '  File "/work/train.py", line 9, in <module>',
                              "ValueError: could not broadcast input array"]) == "code.error"
+
+
+def test_a_json_log_record_without_a_training_loss_is_no_nan(tmp_path):
+    """``null`` is a field the step did not log (LLaMA-Factory's trainer_log.jsonl closes with one); Python's json
+    writes a nan as ``NaN``, which is the divergence."""
+    record = ('{{"current_steps": {step}, "total_steps": 900, "loss": {loss}, "eval_loss": null, "learning_rate": {lr}, '
+              '"epoch": {epoch}, "percentage": {pct}}}')
+    assert _first(tmp_path, [record.format(step=890, loss="0.4127", lr="1.2e-07", epoch="2.97", pct="98.89"),
+                             record.format(step=900, loss="null", lr="null", epoch="3.0", pct="100.0")]) is None
+    assert _first(tmp_path, [record.format(step=10, loss="1.873", lr="2e-05", epoch="0.03", pct="1.11"),
+                             record.format(step=20, loss="NaN", lr="2e-05", epoch="0.07", pct="2.22")]) == "loss.nan"
