@@ -14,8 +14,9 @@ compared with the cause the thread's resolution shows. Printed for the tuning an
 - the corpus size per cause id and per project.
 
 Misses are listed for the tuning set only; ``--show-held-out`` lists the held-out misses too (never while
-tuning: the held-out set measures, it does not teach). ``--skip-invalid`` skips malformed rows with a warning
-(for collectors' files still being written) instead of stopping. Exit 0.
+tuning: the held-out set measures, it does not teach). ``--held-out-of corpus_l.jsonl`` also prints the held-out
+cases of one corpus file as a set of their own (a batch collected after a change). ``--skip-invalid`` skips malformed
+rows with a warning (for collectors' files still being written) instead of stopping. Exit 0.
 """
 
 from __future__ import annotations
@@ -171,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.doctor.accuracy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--show-held-out", action="store_true", help="also list the held-out misses (never while tuning)")
     parser.add_argument("--skip-invalid", action="store_true", help="skip malformed rows with a warning instead of stopping")
+    parser.add_argument("--held-out-of", metavar="FILE", action="append", default=[],
+                        help="also print the held-out cases read from corpus file FILE (e.g. corpus_l.jsonl) as a set of "
+                             "their own: a batch collected after a change, measured apart from the older ones")
     args = parser.parse_args(argv)
     problems: list[str] = []
     cases = load_corpus(skip_invalid=problems if args.skip_invalid else None)
@@ -179,6 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     scored = score(cases)
     print_set("tuning set", [s for s in scored if not s.case.held_out], show_misses=True)
     print_set("held-out set", [s for s in scored if s.case.held_out], show_misses=args.show_held_out)
+    for name in args.held_out_of:
+        batch = [s for s in scored if s.case.held_out and s.case.source.rsplit("/", 1)[-1].split(":")[0] == name]
+        if not batch:
+            parser.error(f"no held-out case was read from a corpus file named {name}")
+        print_set(f"held-out set, {name} only", batch, show_misses=args.show_held_out)
     print_sizes(cases)
     return 0
 
