@@ -142,6 +142,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"CUBLAS_STATUS_ALLOC_FAILED|CUDA error: out of memory|cudaErrorMemoryAllocation|hipErrorOutOfMemory|"
          r"CUDA_ERROR_OUT_OF_MEMORY|OOM when allocating tensor|RESOURCE_EXHAUSTED: Out of memory", 10,
          "https://github.com/RLinf/RLinf/issues/255; ROCm/TheRock#1054, salesforce/CodeGen2#3 (HIP's words)"),
+    # a notebook's traceback names the exception in its header line, 'OutOfMemoryError   Traceback (most recent call
+    # last)', and its message may lie beyond what was pasted (torch's OutOfMemoryError is the accelerator's; the host's
+    # is MemoryError)
+    _sig("oom.gpu", r"^\s*(?:torch\.(?:cuda\.)?)?OutOfMemoryError\s{2,}Traceback \(most recent call last\)", 10,
+         "unslothai/unsloth#3373, bitsandbytes-foundation/bitsandbytes#340 (Kaggle and Jupyter notebooks)"),
     # NCCL's own allocations (``NCCL WARN Cuda failure 2 'out of memory'``), often beside louder follow-on errors
     _sig("oom.gpu", r"Cuda failure \d* ?'out of memory'|Cuda failure 2\b", 9,
          "NVIDIA/TensorRT-LLM#1670, NVIDIA-NeMo/Megatron-Bridge#771, huggingface/peft#1703"),
@@ -157,7 +162,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DataLoader worker \(pid \d+\) is killed by signal: Killed", 8,
          "bakwc/JamSpell#43, reachsumit/deep-unet-for-satellite-image-segmentation#18, hezhangsprinter/DCPDN#12"),
     _sig("oom.host", r"exits with return code = -9|exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received by PID|"
-         r"died with <Signals\.SIGKILL: 9>|exit (?:code|status) 137\b|non-zero exit status -9\b|\bOOMKilled\b", 7,
+         r"died with <Signals\.SIGKILL: 9>|exit (?:code|status) 137\b|non-zero exit status -9\b|\bOOMKilled\b|error code -9\b", 7,
          "liucongg/ChatGLM-Finetuning#102 (DeepSpeed launcher), lzhxmu/CPPO#6, apple/ml-recurrent-drafter#5 (torchrun summary)"),
     # the shell's own report of a SIGKILLed child: a bare 'Killed' line (also as pasted into an issue: '> Killed',
     # '**Killed**'), bash job control ('[1]+  Killed   python train.py') and a script's ('run.sh: line 3: 4242 Killed')
@@ -204,6 +209,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"The client socket has failed to connect to|"
          r"connect\(\) timed out\. Original timeout", 8,
          "https://github.com/intel/torch-xpu-ops/issues/2119; hpcaitech/ColossalAI#4009 (c10d's E line in seconds: 'after 60s')"),
+    # a store read that waited out its timeout (c10d's W line, then the exception): the key a peer should have set never
+    # came — rank 0 still tokenizing, or the store's host unreachable
+    _sig("rendezvous", r"\[c10d\] waitForInput: socket .* timed out after \d+ ?ms", 7,
+         "axolotl-ai-cloud/axolotl#2684, modelscope/ms-swift#3343"),
     _sig("rendezvous", r"RendezvousClosedError", 3, "https://github.com/kubeflow/trainer/issues/1638", echo=True),
     _sig("rendezvous", r"\(errno: 11[13] - (?:Connection refused|No route to host)\)|[Ww]ait timeout after \d+ ?ms, keys:", 7,
          "c10d's TCPStore: the store's port refuses or cannot be routed to, or a key never arrives during init"),
@@ -252,11 +261,21 @@ SIGNATURES: tuple[Signature, ...] = (
          "https://github.com/lllyasviel/Fooocus/issues/1313; IEIT-Yuan/Yuan-2.0#65 (driver too old, as a UserWarning)"),
     _sig("version.skew", r"cannot import name '\w+' from '[\w.]+'", 7,
          "an API that moved between library versions (transformers, peft, accelerate, torch)"),
+    # the same moves seen from the other side: a module of an installed library that this version does not have (older:
+    # a model added later; newer: a module removed), and a library class refusing an argument its other versions take
+    _sig("version.skew", r"No module named '(?:torch|transformers|accelerate|peft|trl|deepspeed|datasets|bitsandbytes|"
+         r"diffusers|lightning|pytorch_lightning|vllm|xformers|flash_attn|triton|megatron|apex)\.[\w.]+'|"
+         r"\b(?:Trainer|Seq2SeqTrainer|SFTTrainer|DPOTrainer|GRPOTrainer|PPOTrainer|RewardTrainer|TrainingArguments|"
+         r"Seq2SeqTrainingArguments|SFTConfig|DPOConfig|GRPOConfig|Accelerator|LoraConfig|PeftConfig|BitsAndBytesConfig|"
+         r"DeepSpeedEngine)\.__init__\(\) got an unexpected keyword argument", 8,
+         "zjunlp/OntoProtein#3, huggingface/transformers#12036 (transformers.deepspeed moved), unslothai/unsloth#741 "
+         "(transformers.models.gemma2); jbohnslav/deepethogram#145 (Lightning 2's Trainer without gpus=), "
+         "bmaltais/kohya_ss#1053 (accelerate's Accelerator without logging_dir=)"),
     _sig("version.skew", r"undefined symbol: |hipErrorNoBinaryForGpu|Cannot retrieve Static function, error: 218|"
          r"CUDA Setup failed despite GPU being available|Required library version not found: libbitsandbytes|"
          r"Torch not compiled with CUDA enabled|is not compatible with the current PyTorch installation|"
          r"invalid device function|version `GLIBC_[\d.]+' not found|"
-         r"requires? (?:torch|transformers|accelerate|deepspeed|peft|trl|bitsandbytes)\s*>=\s*\d", 8,
+         r"requires? `?(?:torch|transformers|accelerate|deepspeed|peft|trl|bitsandbytes)\s*>=\s*\d", 8,
          "facebookresearch/bitsandbytes#21, bitsandbytes-foundation/bitsandbytes#1522, #138, ROCm/rocm-systems#2805"),
     # bitsandbytes built without GPU support says so when imported (as a WARNING log line, or the ``warn(...)`` source
     # line under a UserWarning) and the program goes on: an app or a run that never asks for 8-bit kernels works. It is
@@ -279,7 +298,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # torch.utils.cpp_extension): the run or the install stops. DeepSpeed accepts a minor-version difference ('but since
     # the APIs are compatible, accepting this combination') and DS_SKIP_CUDA_CHECK ('Allowing this combination'): no
     # evidence, the pattern asks for the refusal itself
-    _sig("version.skew", r"does not match the version torch was compiled with [\d.]+, unable to compile|CUDAMismatchException|"
+    _sig("version.skew", r"does not match the version torch was compiled with [\d.]+, unable to\b|CUDAMismatchException|"
          r"The detected CUDA version \([\d.]+\) mismatches the version that was used to compile", 9,
          "deepspeedai/DeepSpeed#3223, JIA-Lab-research/MGM#91, bytedance/lightseq#158 (op builders); deepspeedai/DeepSpeed#3436 "
          "(torch.utils.cpp_extension's check); deepspeedai/DeepSpeed#3105 (the accepted minor-version difference)"),
@@ -379,6 +398,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DatasetGenerationError|datasets\.exceptions|JSONDecodeError|"
          r"(?:FileNotFoundError|No such file or directory).*\.(?:jsonl?|csv|parquet|arrow|tsv)\b", 8,
          "agent/workloads/data.py (ftwiz's own dataset errors)"),
+    # the datasets library given no example at all (a filter, a column mapping or a template left nothing), and a data
+    # file or directory that is not there (the name's last part says data: 'dataset2', 'traindata_….pt')
+    _sig("data.invalid", r"SchemaInferenceError|"
+         r"(?:FileNotFoundError|No such file or directory)\b.*['\"](?:[^'\"]*[/\\])?[^'\"/\\]*data[^'\"/\\]*['\"]", 8,
+         "modelscope/ms-swift#1918, huggingface/trl#917 (SchemaInferenceError); YubiaoYue/MedMamba#4, "
+         "deepspeedai/DeepSpeedExamples#558 (a data path not found)"),
     # Arrow/JSON parse errors from the datasets loader
     _sig("data.invalid", r"ArrowInvalid|JSON parse error|Failed to (?:load|read) (?:JSON from )?file .* with error|ArrowTypeError|"
          r"Couldn't cast array", 8,

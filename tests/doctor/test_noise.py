@@ -236,3 +236,21 @@ def test_a_json_log_record_without_a_training_loss_is_no_nan(tmp_path):
                              record.format(step=900, loss="null", lr="null", epoch="3.0", pct="100.0")]) is None
     assert _first(tmp_path, [record.format(step=10, loss="1.873", lr="2e-05", epoch="0.03", pct="1.11"),
                              record.format(step=20, loss="NaN", lr="2e-05", epoch="0.07", pct="2.22")]) == "loss.nan"
+
+
+def test_round_eleven_families_speak_and_their_neighbours_do_not(tmp_path):
+    """The families the tuning-side corpus_m added (constructed lines in the shapes those threads show)."""
+    assert _first(tmp_path, ["OutOfMemoryError                          Traceback (most recent call last)",
+                             "----> 1 trainer.train()"]) == "oom.gpu"  # a notebook's header, its message not pasted
+    assert _first(tmp_path, ["ModuleNotFoundError: No module named 'transformers.models.gemma2'"]) == "version.skew"
+    assert _first(tmp_path, ["TypeError: Accelerator.__init__() got an unexpected keyword argument 'logging_dir'"]) == "version.skew"
+    assert _first(tmp_path, ["ImportError: Using the `Trainer` with `PyTorch` requires `accelerate>=0.20.1`"]) == "version.skew"
+    assert _first(tmp_path, ["datasets.arrow_writer.SchemaInferenceError: Please pass `features` or at least one example "
+                             "when writing data"]) == "data.invalid"
+    assert _first(tmp_path, ["FileNotFoundError: [Errno 2] No such file or directory: './data_files/traindata_1313.pt'"]) == "data.invalid"
+    # a model under a /data mount is no dataset; a module of the user's own is no library's
+    assert _first(tmp_path, ["FileNotFoundError: [Errno 2] No such file or directory: '/data/models/llama/model.safetensors'"]) != "data.invalid"
+    assert _first(tmp_path, ["ModuleNotFoundError: No module named 'mytrain.utils'"]) != "version.skew"
+    assert _first(tmp_path, ["[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket "
+                             "SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after 1800000ms",
+                             "torch.distributed.DistStoreError: wait timeout after 1800000ms"]) == "rendezvous"

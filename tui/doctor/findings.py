@@ -114,8 +114,12 @@ def find(lines: Iterable[ReadLine], *, pid_ranks: dict[tuple[str | None, int], i
                 pending[line.file].remove((warned, sig))
         if line.order in ignored:
             continue
-        if text.startswith("Traceback (most recent call last):") or _IPY_HEAD_RE.match(text):
-            open_tb[stream] = _Traceback(line, ipython=not text.startswith("Traceback"))
+        notebook = _IPY_HEAD_RE.match(text)
+        if notebook or text.startswith("Traceback (most recent call last):"):
+            open_tb[stream] = _Traceback(line, ipython=notebook is not None)
+            for sig in match_line(text)[:1] if notebook else ():  # a notebook names the exception in its header (the
+                # message may lie beyond what was pasted): a signature of that name speaks from there
+                findings.append(Finding(sig.cause, sig.weight, sig.echo, line, source=sig.source, fix=sig.fix))
             continue
         tb = open_tb.get(stream)
         if tb is not None:

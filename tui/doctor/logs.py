@@ -86,7 +86,7 @@ KEYWORDS: tuple[bytes, ...] = (
     b"quota", b"full", b"gated", b"identifier", b"connect", b"nan", b": inf", b"=inf", b"d inf", b"finite", b"unused",
     b"expects", b"fsdp", b"not found", b"valid", b"no such", b'started"', b'file "', b"signal", b"fatal", b"preempt",
     b"due to", b"overflow", b"minimum", b"rendezvous", b"terminat", b"assert", b"core dump", b"unrecogni", b"no module",
-    b"loss\": null", b"bad_alloc", b"missing ranks", b"watchdog", b"couldn", b"offline", b"p2p", b"compiled without",
+    b"bad_alloc", b"missing ranks", b"watchdog", b"couldn", b"offline", b"p2p", b"compiled without",
     b"ready only once", b"twice", b"did not receive", b"flatten", b"oom",
     b"restrict", b"authenticat", b"name resolution", b"not known", b"getaddrinfo", b"exhausted", b"ipc", b"retry counter",
     b"not compiled", b"not compatible", b"glibc", b"require", b"max retries", b"import", b"sigbus", b"acsctl", b"ibv_",
