@@ -52,12 +52,13 @@ def test_detach_attach_detach_again_then_stop(slurm3: SlurmCluster, tmp_path: Pa
         if attach.proc.poll() is None:
             attach.proc.kill()
     assert release.is_file() and slurm3.job_state(job) == "RUNNING", attach.text()
-    assert len(run_pids(run_id)) >= 3
+    per_node = {node: run_pids(run_id, node) for node in ("node0", "node1", "node2")}
+    assert all(per_node.values()), f"a node's ranks ended while attached or detaching: {per_node}\n{attach.text()}"
 
     stop = Ftwiz(slurm3, config, runs, "--stop", run_id)
     assert stop.wait(120) == 0, stop.text()
     for node in ("node0", "node1", "node2"):
-        assert f"{node}: stopped" in stop.text(), stop.text()
+        assert f"{node}: stopped" in stop.text(), f"{stop.text()}\nbefore the stop: {per_node}"
     assert wait_until(lambda: not run_pids(run_id), 30) is not None, run_pids(run_id)
     assert slurm3.wait_job_state(job, {"COMPLETED", "CANCELLED"}, timeout=30)
     assert _record(runs, run_id)["status"] == "stopped"
