@@ -392,12 +392,20 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("code.error", r"does not support multi GPU setups|Multiple CUDA devices detected but we require a single device", 8,
          "unslothai/unsloth#1142",
          fix="this library trains on one GPU only: set CUDA_VISIBLE_DEVICES to one GPU per process, or use a multi-GPU method"),
+    # the Trainer looking up metric_for_best_model (load_best_model_at_end defaults it to eval_loss) among metrics the
+    # evaluation did not return: compute_metrics misses it, or the evaluation set has no labels
+    _sig("code.error", r"KeyError: '?eval_[\w.-]+'?$|metric_for_best_model\b.*not found in the evaluation metrics", 8,
+         "huggingface/transformers#22027, modelscope/ms-swift#4323",
+         fix="metric_for_best_model names a metric the evaluation does not return: make compute_metrics return it (the "
+         "Trainer adds the eval_ prefix) or change metric_for_best_model; eval_loss needs labels in the evaluation set"),
     # --- data (the workloads' own error lines, and the usual Python ones when reading a dataset)
     _sig("data.invalid", r"ftwiz: error \(rank \d+\): (?:dataset |[^ ]*\.jsonl? line|record at line)|"
          r"dataset \S+ (?:not found|is a directory|has no records)|\.jsonl? line \d+: not valid JSON|"
          r"DatasetGenerationError|datasets\.exceptions|JSONDecodeError|"
-         r"(?:FileNotFoundError|No such file or directory).*\.(?:jsonl?|csv|parquet|arrow|tsv)\b", 8,
-         "agent/workloads/data.py (ftwiz's own dataset errors)"),
+         r"(?:FileNotFoundError|No such file or directory).*(?:\.(?:jsonl|csv|parquet|arrow|tsv)\b|"
+         r"(?<!config)(?<!tokenizer)(?<!special_tokens_map)(?<!vocab)(?<!added_tokens)(?<!\.index)\.json\b)", 8,
+         "agent/workloads/data.py (ftwiz's own dataset errors); a model's own .json files (config.json, "
+         "tokenizer.json, model.safetensors.index.json) are no dataset"),
     # the datasets library given no example at all (a filter, a column mapping or a template left nothing), and a data
     # file or directory that is not there (the name's last part says data: 'dataset2', 'traindata_….pt')
     _sig("data.invalid", r"SchemaInferenceError|"

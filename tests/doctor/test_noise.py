@@ -250,6 +250,11 @@ def test_round_eleven_families_speak_and_their_neighbours_do_not(tmp_path):
     assert _first(tmp_path, ["FileNotFoundError: [Errno 2] No such file or directory: './data_files/traindata_1313.pt'"]) == "data.invalid"
     # a model under a /data mount is no dataset; a module of the user's own is no library's
     assert _first(tmp_path, ["FileNotFoundError: [Errno 2] No such file or directory: '/data/models/llama/model.safetensors'"]) != "data.invalid"
+    for model_file in ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json"):
+        assert _first(tmp_path, [f"FileNotFoundError: [Errno 2] No such file or directory: 'llama/{model_file}'"]) != "data.invalid"
+    assert _first(tmp_path, ["FileNotFoundError: [Errno 2] No such file or directory: 'data/train.json'"]) == "data.invalid"
+    assert _first(tmp_path, ["  File \"/opt/conda/lib/python3.10/site-packages/transformers/trainer.py\", line 2368, in _save_checkpoint",
+                             "    metric_value = metrics[metric_to_check]", "KeyError: 'eval_accuracy'"]) == "code.error"
     assert _first(tmp_path, ["ModuleNotFoundError: No module named 'mytrain.utils'"]) != "version.skew"
     assert _first(tmp_path, ["[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket "
                              "SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after 1800000ms",
