@@ -407,9 +407,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "agent/workloads/data.py (ftwiz's own dataset errors); a model's own .json files (config.json, "
          "tokenizer.json, model.safetensors.index.json) are no dataset"),
     # the datasets library given no example at all (a filter, a column mapping or a template left nothing), and a data
-    # file or directory that is not there (the name's last part says data: 'dataset2', 'traindata_….pt')
+    # file or directory that is not there (the name's last part says data: 'dataset2', 'traindata_….pt'; not metadata: a
+    # package's dist-info METADATA, a checkpoint's .metadata)
     _sig("data.invalid", r"SchemaInferenceError|"
-         r"(?:FileNotFoundError|No such file or directory)\b.*['\"](?:[^'\"]*[/\\])?[^'\"/\\]*data[^'\"/\\]*['\"]", 8,
+         r"(?:FileNotFoundError|No such file or directory)\b.*['\"](?:[^'\"]*[/\\])?[^'\"/\\]*(?<!meta)data[^'\"/\\]*['\"]", 8,
          "modelscope/ms-swift#1918, huggingface/trl#917 (SchemaInferenceError); YubiaoYue/MedMamba#4, "
          "deepspeedai/DeepSpeedExamples#558 (a data path not found)"),
     # Arrow/JSON parse errors from the datasets loader

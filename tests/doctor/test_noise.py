@@ -253,6 +253,8 @@ def test_round_eleven_families_speak_and_their_neighbours_do_not(tmp_path):
     for model_file in ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json"):
         assert _first(tmp_path, [f"FileNotFoundError: [Errno 2] No such file or directory: 'llama/{model_file}'"]) != "data.invalid"
     assert _first(tmp_path, ["FileNotFoundError: [Errno 2] No such file or directory: 'data/train.json'"]) == "data.invalid"
+    for not_data in ("/opt/venv/lib/python3.11/site-packages/torch-2.4.0.dist-info/METADATA", "ckpt/step_500/.metadata"):
+        assert _first(tmp_path, [f"FileNotFoundError: [Errno 2] No such file or directory: '{not_data}'"]) != "data.invalid"
     assert _first(tmp_path, ["  File \"/opt/conda/lib/python3.10/site-packages/transformers/trainer.py\", line 2368, in _save_checkpoint",
                              "    metric_value = metrics[metric_to_check]", "KeyError: 'eval_accuracy'"]) == "code.error"
     assert _first(tmp_path, ["ModuleNotFoundError: No module named 'mytrain.utils'"]) != "version.skew"
