@@ -127,7 +127,7 @@ _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torc
 #: nor is an evaluation loss spelt with a space, ``Val loss nan``, ``valid loss``, ``eval loss``, ``test loss``: an
 #: empty or label-less evaluation set gives nan there while training is fine, instructlab/taxonomy#785).
 _TRAINING = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
-             r"\b(?:(?:total|train|training|lm|avg|mean|step)_)?")
+             r"\b(?:(?:total|train|training|lm|avg|average|mean|step)_)?")
 _TRAINING_LOSS = _TRAINING + r"loss\b"
 _GRAD_NORM = r"\bgrad[ _]norm\b"
 _LOGGED_LOSS = _TRAINING + r"(?:loss|grad[ _]norm)\b"
@@ -162,8 +162,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DataLoader worker \(pid \d+\) is killed by signal: Killed", 8,
          "bakwc/JamSpell#43, reachsumit/deep-unet-for-satellite-image-segmentation#18, hezhangsprinter/DCPDN#12"),
     _sig("oom.host", r"exits with return code = -9|exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received by PID|"
-         r"died with <Signals\.SIGKILL: 9>|exit (?:code|status) 137\b|non-zero exit status -9\b|\bOOMKilled\b|error code -9\b", 7,
-         "liucongg/ChatGLM-Finetuning#102 (DeepSpeed launcher), lzhxmu/CPPO#6, apple/ml-recurrent-drafter#5 (torchrun summary)"),
+         r"died with <Signals\.SIGKILL: 9>|exit (?:code|status) 137\b|non-zero exit status -9\b|\bOOMKilled\b|error code -9\b|"
+         r"process \d+ terminated with signal SIGKILL", 7,
+         "liucongg/ChatGLM-Finetuning#102 (DeepSpeed launcher), lzhxmu/CPPO#6, apple/ml-recurrent-drafter#5 (torchrun summary); "
+         "shenyunhang/DRN-WSOD-pytorch#11 (torch.multiprocessing.spawn's report)"),
+    # Ray's memory monitor killing a worker when the node's RAM passes its threshold (verl, OpenRLHF on Ray)
+    _sig("oom.host", r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory|"
+         r"Workers \(tasks / actors\) killed due to memory pressure", 8, "verl-project/verl#4995"),
     # the shell's own report of a SIGKILLed child: a bare 'Killed' line (also as pasted into an issue: '> Killed',
     # '**Killed**'), bash job control ('[1]+  Killed   python train.py') and a script's ('run.sh: line 3: 4242 Killed')
     _sig("oom.host", r"^[\s>*`_]*Killed[\s.!*`_]*$|^\[\d+\][+-]?\s+Killed\s+\S|^\S*: line \d+:\s+\d+ Killed\b", 7,
@@ -213,6 +218,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # came — rank 0 still tokenizing, or the store's host unreachable
     _sig("rendezvous", r"\[c10d\] waitForInput: socket .* timed out after \d+ ?ms", 7,
          "axolotl-ai-cloud/axolotl#2684, modelscope/ms-swift#3343"),
+    # the NCCL communicator's id, exchanged through the same store, never came: the store read behind it timed out
+    # (rank 0 still busy before its first collective). A read that lost its peer ('got error: Connection reset by peer')
+    # is another rank gone: that stays net.peer_lost's
+    _sig("rendezvous", r"retr(?:ie|ei)ving ncclUniqueId from \[\d+\] via c10d key-value store .*got error: (?:Socket )?Timeout", 7,
+         "axolotl-ai-cloud/axolotl#809, zai-org/ChatGLM-6B#1232"),
     _sig("rendezvous", r"RendezvousClosedError", 3, "https://github.com/kubeflow/trainer/issues/1638", echo=True),
     _sig("rendezvous", r"\(errno: 11[13] - (?:Connection refused|No route to host)\)|[Ww]ait timeout after \d+ ?ms, keys:", 7,
          "c10d's TCPStore: the store's port refuses or cannot be routed to, or a key never arrives during init"),
@@ -229,8 +239,12 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- interface
     _sig("net.interface", r"no socket interface found|no NCCL_SOCKET_IFNAME interface found|"
          r"is neither AF_INET\(2\) nor AF_INET6\(10\)|Unable to find address for|"
-         r"GLOO_SOCKET_IFNAME|Socket creation failed : Address family not supported", 9,
-         "https://github.com/NVIDIA/nccl/issues/1837"),
+         r"GLOO_SOCKET_IFNAME|Socket creation failed : Address family not supported|"
+         r"Unable to find interface for", 9,
+         "https://github.com/NVIDIA/nccl/issues/1837; gpustack/gpustack#4128 (gloo's device.cc: no interface holds the "
+         "address the hostname resolved to)"),
+    # DeepSpeed's multi-node runner found no address for the first host: the launch goes on with an empty --master_addr
+    _sig("net.interface", r"Using IP address of\s+for node", 8, "deepspeedai/DeepSpeed#2612 (pdsh runner on Kubernetes pods)"),
     _sig("net.interface", r"Bootstrap : no socket interface|Cannot assign requested address", 7,
          "https://github.com/NVIDIA/nccl/issues/210"),
     # a hostname that does not resolve (the Hub's own name is hub.access, below, with a higher weight)
@@ -239,8 +253,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # gloo connecting to a loopback address: the hostname resolves to 127.0.1.1 on that node
     _sig("net.interface", r"connect \[127\.\d+\.\d+\.\d+\]:\d+: Connection refused", 8, "pytorch/pytorch#15592"),
     # NCCL's bootstrap cannot connect to the address a peer advertised (a docker bridge, a wrong NIC)
-    _sig("net.interface", r"NCCL WARN (?:Call to connect timeout|socketStartConnect: Connect to \S+ failed)", 6,
-         "horovod/horovod#584, NVIDIA/nccl#929"),
+    _sig("net.interface", r"NCCL WARN (?:Call to connect timeout|(?:socketStartConnect: )?Connect to \S+ failed)", 6,
+         "horovod/horovod#584, NVIDIA/nccl#929; wenet-e2e/wenet#1891 (a peer advertised its IPv6 link-local address)"),
     # --- peers gone (echoes)
     _sig("net.peer_lost", r"Connection reset by peer|Connection closed by (?:remote )?peer|Broken pipe|"
          r"remote process exited or there was a network error|ncclRemoteError", 2,
@@ -248,9 +262,16 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- P2P / IB transport
     _sig("p2p.topology", r"NET/IB ?: Got completion from peer .* (?:status=|with error )\d+|ibv_create_qp failed|ibv_modify_qp failed|"
          r"cudaErrorPeerAccess|peer access is not supported|NCCL WARN .*P2P|IO_PAGE_FAULT|cudaIpcOpenMemHandle|"
-         r"IBV_WC_\w+_ERR|transport retry counter exceeded|Call to ibv_\w+ failed|ibv_reg_mr failed|"
+         r"IBV_WC_\w+_ERR|transport retry count(?:er)? exceeded|Call to ibv_\w+ failed|ibv_reg_mr failed|"
          r"NET/IB ?: .*(?:async event|port error|local access violation)|ACSCtl:\s*SrcValid\+", 8,
-         "https://github.com/NVIDIA/nccl/issues/1129"),
+         "https://github.com/NVIDIA/nccl/issues/1129; openucx/ucx#5199 (UCX's 'Transport retry count exceeded')"),
+    # peer access refused by the driver or the platform: too many peers for one GPU's mappings (CUDA's
+    # CUDA_ERROR_TOO_MANY_PEERS), a peer BAR that cannot be mapped (CUDA error 205, cudaErrorMapBufferObjectFailed: a
+    # P2P-patched driver, a PCIe switch or IOMMU in the way), and multi-node NVLink whose IMEX channels are not set up
+    _sig("p2p.topology", r"peer mapping resources exhausted|CUDA_ERROR_TOO_MANY_PEERS|Unable to enable peer access|"
+         r"mapping of buffer object failed|cudaErrorMapBufferObjectFailed|MNNVL .*not working|IMEX channel", 8,
+         "ggml-org/llama.cpp#21883, tensorflow/tensorflow#30887 (too many peers); tinygrad/open-gpu-kernel-modules#29, "
+         "aikitoria/open-gpu-kernel-modules#38 (error 205); NVIDIA/nccl#1925 (MNNVL without IMEX)"),
     # consumer GPUs refusing P2P/IB: accelerate's check names the variables to set
     _sig("p2p.topology", r"doesn't support faster communication broadband via P2P or IB|Please set `?NCCL_P2P_DISABLE", 9,
          "tabularis-ai/be_great#54"),
@@ -267,10 +288,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"diffusers|lightning|pytorch_lightning|vllm|xformers|flash_attn|triton|megatron|apex)\.[\w.]+'|"
          r"\b(?:Trainer|Seq2SeqTrainer|SFTTrainer|DPOTrainer|GRPOTrainer|PPOTrainer|RewardTrainer|TrainingArguments|"
          r"Seq2SeqTrainingArguments|SFTConfig|DPOConfig|GRPOConfig|Accelerator|LoraConfig|PeftConfig|BitsAndBytesConfig|"
-         r"DeepSpeedEngine)\.__init__\(\) got an unexpected keyword argument", 8,
+         r"DeepSpeedEngine)\.__init__\(\) got an unexpected keyword argument|"
+         r"_set_gradient_checkpointing\(\) got an unexpected keyword argument", 8,
          "zjunlp/OntoProtein#3, huggingface/transformers#12036 (transformers.deepspeed moved), unslothai/unsloth#741 "
          "(transformers.models.gemma2); jbohnslav/deepethogram#145 (Lightning 2's Trainer without gpus=), "
-         "bmaltais/kohya_ss#1053 (accelerate's Accelerator without logging_dir=)"),
+         "bmaltais/kohya_ss#1053 (accelerate's Accelerator without logging_dir=); QwenLM/Qwen#661 (a model's remote code older "
+         "than transformers' gradient-checkpointing call)"),
     _sig("version.skew", r"undefined symbol: |hipErrorNoBinaryForGpu|Cannot retrieve Static function, error: 218|"
          r"CUDA Setup failed despite GPU being available|Required library version not found: libbitsandbytes|"
          r"Torch not compiled with CUDA enabled|is not compatible with the current PyTorch installation|"
@@ -283,6 +306,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("version.skew", r"compiled without GPU support", 8,
          "facebookresearch/bitsandbytes#21, georgesung/llm_qlora#2 (the run then failed); cocktailpeanut/fluxgym#411, "
          "SAI990323/TALLRec#27 (the warning alone, in apps that ran)", needs=_PYTHON_DIED),
+    # xformers built for another torch (a CUDA build under a CPU or ROCm torch): a warning, and xformers is optional,
+    # so it is the cause only when the run then dies
+    _sig("version.skew", r"xFormers can't load C\+\+/CUDA extensions", 8,
+         "kohya-ss/musubi-tuner#184, unslothai/unsloth#11639", needs=_PYTHON_DIED),
     # A shared library that is missing: the run fails on it when importing it raises, or the dynamic linker refuses to
     # start a binary without it.
     _sig("version.skew", r"(?-i:\b[A-Z]\w*(?:Error|Exception)):.*cannot open shared object file|error while loading shared libraries", 8,
@@ -358,8 +385,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # '"loss": null' is a step that logged no training loss — an evaluation or the closing summary record.)
     _sig("loss.nan", r"Loss is NaN|nan loss(?!es)|"
          r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*NaN|Loss became infinite or NaN|"
-         r"loss is not finite|returned nan values in its \d+th output", 8,
-         "hpcaitech/ColossalAI#3439"),
+         r"loss is not finite|returned nan values in its \d+th output|TerminateOnNan: Output .*\bnan\b|"
+         r"contains NaN or Inf\. Stop training|grad_scale is too small|the gradient scale is too small", 8,
+         "hpcaitech/ColossalAI#3439; pytorch/ignite#2569 (ignite's TerminateOnNan handler); k2-fsa/icefall#2069 (its fp16 "
+         "scale collapsed)"),
     # (tensorboardX's 'NaN or Inf found in input tensor' is no evidence: it names no scalar, and the tuning set has it
     # only in runs that worked — beside a finite loss at every logging step, lm-sys/FastChat#2378,
     # NVlabs/Deep_Object_Pose#368 and #403; a one-element tensor's std, allenai/allennlp#3116; fp16 warm-up,
@@ -369,10 +398,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # to 0.5 and growing back while its loss improves: a fairseq scale is evidence below 0.1 (its floor is 1e-4).
     _sig("loss.nan", r"Current loss scale already at minimum|Minimum loss scale reached|"
          r"(?:reducing|setting) loss scale to:? (?:0\.0\d*|\d(?:\.\d+)?e-\d+|0(?![.\d]))|"
-         r"reducing (?:loss scale )?to [0-4](?:\.0+)?(?!\.?\d)", 9,
+         r"reducing (?:loss scale )?to [0-4](?:\.0+)?(?!\.?\d)|loss_scale\s*:\s*\d(?:\.\d+)?e-(?:0?[2-9]|[1-9]\d)\b", 9,
          "yangjianxin1/Firefly#68, hiyouga/LLaMA-Factory#251 (DeepSpeed), NVIDIA/apex#834, #318 (apex), "
          "facebookresearch/fairseq#512 (fairseq's words); a scale halved down "
-         "to 4 or less is past any warm-up (which starts at 2**16 or 2**32): ymcui/Chinese-LLaMA-Alpaca#534"),
+         "to 4 or less is past any warm-up (which starts at 2**16 or 2**32): ymcui/Chinese-LLaMA-Alpaca#534; a dllogger "
+         "'PARAMETER loss_scale : 1.45e-11' (NVIDIA/DeepLearningExamples#543)"),
     # --- DDP / FSDP usage
     # (the bare parameter name is no evidence: config dumps and launcher command lines print ddp_find_unused_parameters)
     _sig("ddp.usage", r"Expected to have finished reduction in the prior iteration|keyword argument .?find_unused_parameters=True|"
@@ -398,6 +428,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "huggingface/transformers#22027, modelscope/ms-swift#4323",
          fix="metric_for_best_model names a metric the evaluation does not return: make compute_metrics return it (the "
          "Trainer adds the eval_ prefix) or change metric_for_best_model; eval_loss needs labels in the evaluation set"),
+    # the model's output and the labels disagree in batch size: a bug in the model or its loss (the shapes are the
+    # code's), e.g. a forward that returns one row per input of a multi-input model
+    _sig("code.error", r"Expected input batch_size \(\d+\) to match target batch_size \(\d+\)|"
+         r"mat1 and mat2 shapes cannot be multiplied", 7, "pytorch/pytorch#139031"),
     # --- data (the workloads' own error lines, and the usual Python ones when reading a dataset)
     _sig("data.invalid", r"ftwiz: error \(rank \d+\): (?:dataset |[^ ]*\.jsonl? line|record at line)|"
          r"dataset \S+ (?:not found|is a directory|has no records)|\.jsonl? line \d+: not valid JSON|"
@@ -413,6 +447,16 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:FileNotFoundError|No such file or directory)\b.*['\"](?:[^'\"]*[/\\])?[^'\"/\\]*(?<!meta)data[^'\"/\\]*['\"]", 8,
          "modelscope/ms-swift#1918, huggingface/trl#917 (SchemaInferenceError); YubiaoYue/MedMamba#4, "
          "deepspeedai/DeepSpeedExamples#558 (a data path not found)"),
+    # an empty dataset reaching the sampler (a data folder in the wrong place, a filter that left nothing), a recipe's
+    # own 'no valid sample' error, and a column the data file does not have (the datasets library's and AutoNLP's words)
+    _sig("data.invalid", r"num_samples should be a positive integer(?:al)? value, but got num_samples=0|"
+         r"Cannot find valid samples|Columns? '[^']+' (?:could not be found in the provided file|not in the dataset)", 8,
+         "dulucas/siMLPe#2, jongchyisu/mvcnn_pytorch#16, bmaltais/kohya_ss#2660 (num_samples=0); hiyouga/LlamaFactory#2577; "
+         "huggingface/autotrain-advanced#101"),
+    # a missing path under a dataset folder ('/notebooks/proj/dataset/train_p=-2'), unless it names a model's own file
+    _sig("data.invalid", r"(?:FileNotFoundError|No such file or directory)\b.*['\"][^'\"]*[/\\]datasets?[/\\][^'\"]*"
+         r"(?<!\.safetensors)(?<!\.bin)(?<!config\.json)(?<!tokenizer\.json)['\"]", 8,
+         "junyuchen-cjy/DTTNet-Pytorch#2"),
     # Arrow/JSON parse errors from the datasets loader
     _sig("data.invalid", r"ArrowInvalid|JSON parse error|Failed to (?:load|read) (?:JSON from )?file .* with error|ArrowTypeError|"
          r"Couldn't cast array", 8,
@@ -444,6 +488,9 @@ NORMAL: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p i
     # without it ('sbatch: error: "SBATCH_EXCLUSIVE=true" -- invalid value, ignoring...', then 'Submitted batch job')
     r"slurmstepd(?:-[\w.-]+)?: error: Exceeded (?:step|job) memory limit at some point\b",
     r"\b(?:sbatch|srun|salloc): error: .*\bignoring\b",
+    # git asked for the commit by a script that records it, outside a repository: its 'fatal:' is git's, not the run's
+    # (open-mmlab/mmgeneration#206, a run that went on)
+    r"(?-i:^fatal: (?:not a git repository|No names found|ambiguous argument 'HEAD')|^Stopping at filesystem boundary)",
 ))
 #: Warnings: normal unless they carry a certain signature (weight >= :data:`WARNING_OVERRIDE`), as a
 #: ``UserWarning: CUDA initialization: The NVIDIA driver on your system is too old`` does.

@@ -171,6 +171,8 @@ def print_sizes(cases: Sequence[Case]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.doctor.accuracy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--show-held-out", action="store_true", help="also list the held-out misses (never while tuning)")
+    parser.add_argument("--tuning-only", action="store_true",
+                        help="score and print the tuning set alone, the held-out set not even run (while tuning)")
     parser.add_argument("--skip-invalid", action="store_true", help="skip malformed rows with a warning instead of stopping")
     parser.add_argument("--held-out-of", metavar="FILE", action="append", default=[],
                         help="also print the held-out cases read from corpus file FILE (e.g. corpus_l.jsonl) as a set of "
@@ -180,6 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = load_corpus(skip_invalid=problems if args.skip_invalid else None)
     for problem in problems:
         print(f"skipped: {problem}", file=sys.stderr)
+    if args.tuning_only:
+        if args.show_held_out or args.held_out_of:
+            parser.error("--tuning-only runs no held-out case: drop --show-held-out and --held-out-of")
+        print_set("tuning set", score([c for c in cases if not c.held_out]), show_misses=True)
+        return 0
     scored = score(cases)
     print_set("tuning set", [s for s in scored if not s.case.held_out], show_misses=True)
     print_set("held-out set", [s for s in scored if s.case.held_out], show_misses=args.show_held_out)

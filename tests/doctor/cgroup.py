@@ -101,22 +101,32 @@ def require_cpu_cgroup() -> None:
 class CpuCgroup:
     """``with CpuCgroup(0.2) as cg: cg.add(pid)`` — the members share ``cores`` of CPU time (v2 ``cpu.max``,
     else v1 ``cpu.cfs_quota_us``); a process moved in takes its later children with it. Removed on exit:
-    members still alive are moved back to the root group, not killed."""
+    members still alive are moved back to the root group, not killed.
+
+    ``CpuCgroup(None, weight=10_000)`` sets no quota but a weight (v2 ``cpu.weight``, default 100; v1
+    ``cpu.shares``, 1 024 for 100): under contention its members get that many times the CPU of a process in the
+    root group, so a test's measured process keeps its core on a busy host."""
 
     PERIOD_US = 20_000  # short periods: the quota bites every step of a fast loop, not in 100 ms bursts
 
-    def __init__(self, cores: float) -> None:
-        self.quota_us = max(1000, int(cores * self.PERIOD_US))  # the kernel's least quota is 1 ms
+    def __init__(self, cores: float | None, *, weight: int | None = None) -> None:
+        # the kernel's least quota is 1 ms
+        self.quota_us = None if cores is None else max(1000, int(cores * self.PERIOD_US))
+        self.weight = weight
         self.v2 = _v2_cpu()
         self.path = (_V2 if self.v2 else _V1_CPU) / f"ftwiz-cpu-{secrets.token_hex(4)}"
 
     def __enter__(self) -> Self:
         self.path.mkdir()
-        if self.v2:
+        if self.quota_us is not None and self.v2:
             (self.path / "cpu.max").write_text(f"{self.quota_us} {self.PERIOD_US}")
-        else:
+        elif self.quota_us is not None:
             (self.path / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
             (self.path / "cpu.cfs_quota_us").write_text(str(self.quota_us))
+        if self.weight is not None and self.v2:
+            (self.path / "cpu.weight").write_text(str(self.weight))
+        elif self.weight is not None:
+            (self.path / "cpu.shares").write_text(str(self.weight * 1024 // 100))
         return self
 
     def add(self, pid: int) -> None:

@@ -261,3 +261,56 @@ def test_round_eleven_families_speak_and_their_neighbours_do_not(tmp_path):
     assert _first(tmp_path, ["[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket "
                              "SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after 1800000ms",
                              "torch.distributed.DistStoreError: wait timeout after 1800000ms"]) == "rendezvous"
+
+
+def test_round_twelve_families_speak_and_their_neighbours_do_not(tmp_path):
+    """Families from corpus_n.jsonl (tuning side), each beside a line that must not trigger it."""
+    # peer access refused: too many peers, an unmappable peer BAR, multi-node NVLink without IMEX; UCX's IB retries
+    assert _first(tmp_path, ["CUDA error: peer mapping resources exhausted", "Aborted (core dumped)"]) == "p2p.topology"
+    assert _first(tmp_path, ["[0] allocator.cc:89 (ncclMemAlloc) NCCL WARN Cuda failure 205 'mapping of buffer object failed'"]) == "p2p.topology"
+    assert _first(tmp_path, ["[1] mnnvl.cc:67 NCCL WARN MNNVL (cliqueSize 8) is available but not working on this system. "
+                             "Check the IMEX channel configuration"]) == "p2p.topology"
+    assert _first(tmp_path, ["[master:19546:0:19546] ib_mlx5_log.c:139  Transport retry count exceeded on mlx5_0:1/IB"]) == "p2p.topology"
+    # NCCL's own INFO chatter about a transport it chose is no evidence
+    assert _first(tmp_path, ["host:1:2 [1] NCCL INFO Could not enable P2P between dev 1(=1b000) and dev 0(=1a000)",
+                             "host:1:2 [1] NCCL INFO Channel 00 : 1[1b000] -> 0[1a000] via direct shared memory"]) is None
+    # an address no interface holds (gloo), an empty master address (DeepSpeed's runner)
+    assert _first(tmp_path, ["RuntimeError: [enforce fail at gloo/transport/tcp/device.cc:212] ifa != nullptr. "
+                             "Unable to find interface for: [0.0.0.189]"]) == "net.interface"
+    assert _first(tmp_path, ["[INFO] [runner.py:417:main] Using IP address of  for node ddp-0.svc"]) == "net.interface"
+    assert _first(tmp_path, ["[INFO] [runner.py:417:main] Using IP address of 10.0.0.4 for node ddp-0.svc"]) is None
+    # an empty dataset, a column the data lacks, a path under a dataset folder (not a model's file there)
+    assert _first(tmp_path, ["ValueError: num_samples should be a positive integer value, but got num_samples=0"]) == "data.invalid"
+    assert _first(tmp_path, ["ValueError: Column 'text' not in the dataset. Current columns in the dataset: ['prompt']"]) == "data.invalid"
+    assert _first(tmp_path, ["FileNotFoundError: [Errno 2] No such file or directory: '/work/proj/dataset/train_p=-2'"]) == "data.invalid"
+    assert _first(tmp_path, ["FileNotFoundError: [Errno 2] No such file or directory: '/datasets/llama/config.json'"]) != "data.invalid"
+    # the model's output and its labels disagree: the code's shapes
+    assert _first(tmp_path, ["ValueError: Expected input batch_size (60) to match target batch_size (10)."]) == "code.error"
+    # a loss scale driven to nothing in dllogger's words, an average loss gone nan, ignite's TerminateOnNan
+    assert _first(tmp_path, ["DLL 2020-06-04 01:04:46 - PARAMETER loss_scale : 1.4551915228366852e-11"]) == "loss.nan"
+    assert _first(tmp_path, ["DLL 2020-06-04 01:04:46 - PARAMETER loss_scale : 65536.0"]) is None
+    assert _first(tmp_path, ["Training Iteration: 2933  average_loss : nan  step_loss : 1.07"]) == "loss.nan"
+    assert _first(tmp_path, ["TerminateOnNan: Output '{'loss_generators': nan, 'loss_d': 0.06}' contains NaN or Inf. "
+                             "Stop training"]) == "loss.nan"
+    # xformers built for another torch: a warning in a run that goes on, the cause in one that dies
+    warning = ["WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:",
+               "    PyTorch 2.6.0+cu124 with CUDA 1204 (you have 2.6.0+cpu)"]
+    assert _first(tmp_path, [*warning, "{'loss': 1.2, 'epoch': 1.0}"]) is None
+    assert _first(tmp_path, [*warning, "Traceback (most recent call last):", "RuntimeError: boom"]) == "version.skew"
+    # git's 'fatal:' from a script recording its commit outside a repository is no failure; a glog FATAL still is one
+    assert _first(tmp_path, ["fatal: not a git repository (or any parent up to mount point /home/user)",
+                             "Stopping at filesystem boundary (GIT_DISCOVERY_ACROSS_FILESYSTEM not set).",
+                             "2022-01-06 23:08:41,239 - mmgen - INFO - FID: Adopt Inception in pytorch style"]) is None
+    # host memory in Ray's and torch.multiprocessing.spawn's words; fp16 scale collapse in icefall's
+    assert _first(tmp_path, ["ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."]) == "oom.host"
+    assert _first(tmp_path, ["Exception: process 3 terminated with signal SIGKILL"]) == "oom.host"
+    assert _first(tmp_path, ["RuntimeError: grad_scale is too small, exiting: 8.6e-05"]) == "loss.nan"
+    # NCCL connecting to an address the peer advertised (older NCCL's words)
+    assert _first(tmp_path, ["host:1:2 [0] include/socket.h:403 NCCL WARN Connect to fe80::c4eb:49ff:fe04:e32d%6<57335> "
+                             "failed : Network is unreachable"]) == "net.interface"
+    # the communicator's id never came through the store (torch's own spelling varied: 'retreiving')
+    assert _first(tmp_path, ["RuntimeError: [1] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d "
+                             "key-value store by key '0', but store->get('0') got error: Socket Timeout"]) == "rendezvous"
+    # a model's remote code older than transformers' gradient-checkpointing call
+    assert _first(tmp_path, ["TypeError: QWenPreTrainedModel._set_gradient_checkpointing() got an unexpected keyword "
+                             "argument 'enable'"]) == "version.skew"

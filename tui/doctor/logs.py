@@ -88,9 +88,9 @@ KEYWORDS: tuple[bytes, ...] = (
     b"due to", b"overflow", b"minimum", b"rendezvous", b"terminat", b"assert", b"core dump", b"unrecogni", b"no module",
     b"bad_alloc", b"missing ranks", b"watchdog", b"couldn", b"offline", b"p2p", b"compiled without",
     b"ready only once", b"twice", b"did not receive", b"flatten", b"oom",
-    b"restrict", b"authenticat", b"name resolution", b"not known", b"getaddrinfo", b"exhausted", b"ipc", b"retry counter",
+    b"restrict", b"authenticat", b"name resolution", b"not known", b"getaddrinfo", b"exhausted", b"ipc", b"retry count",
     b"not compiled", b"not compatible", b"glibc", b"require", b"max retries", b"import", b"sigbus", b"acsctl", b"ibv_",
-    b"multi gpu", b"barrier",
+    b"multi gpu", b"barrier", b"ip address of", b"loss_scale",
 )
 def open_regular(path: Path) -> int:
     """An fd open for reading on ``path``; :class:`NotARegularFile` for a FIFO, device or directory (never blocks)."""
