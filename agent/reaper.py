@@ -41,12 +41,18 @@ def find_run_processes(run_id: str, *, node: Optional[str] = None, proc_root: st
 
 def stop_run(run_id: str, *, node: Optional[str] = None, grace_s: float = 5.0, kill_wait_s: float = 2.0) -> RunStopResult:
     """SIGTERM the run's processes on ``node`` (by group where safe), wait ``grace_s``, SIGKILL the rest."""
-    matching = [proc for pid in find_run_processes(run_id, node=node) if (proc := _describe(pid)) is not None]
+    matching = _scan(run_id, node)
     if not matching:
         return RunStopResult(run_id=run_id)
-    targets = _targets(matching)
     last_signal: dict[int, str] = {}
-    _send(targets, signal.SIGTERM, last_signal)
+    _send(_targets(matching), signal.SIGTERM, last_signal)
+    # A process between fork and exec when the scan read it showed no environment yet (a launcher starting a
+    # worker), and one forked since was not there: scan again now that the signal is out, and signal those too.
+    known = {proc.pid for proc in matching}
+    late = [proc for proc in _scan(run_id, node) if proc.pid not in known]
+    if late:
+        _send(_targets(late), signal.SIGTERM, last_signal)
+        matching += late
     alive = _wait_gone([proc.pid for proc in matching], grace_s)
     if alive:
         # Groups again, from the survivors only: a group whose members all left may be another's id by now.
@@ -64,6 +70,10 @@ def stop_run(run_id: str, *, node: Optional[str] = None, grace_s: float = 5.0, k
         for proc in matching
     ]
     return RunStopResult(run_id=run_id, killed=killed, remaining=sorted(alive))
+
+
+def _scan(run_id: str, node: Optional[str]) -> list[_Proc]:
+    return [proc for pid in find_run_processes(run_id, node=node) if (proc := _describe(pid)) is not None]
 
 
 @dataclass(frozen=True)

@@ -78,10 +78,38 @@ def test_stop_reaches_the_whole_process_group(client: httpx.Client, processes) -
     run = run_id()
     leader = start(["bash", "-c", "sleep 300 & sleep 300 & wait"], run)
     processes.append(leader)
-    children = wait_for(lambda: len(kids := _children(leader.pid)) == 2 and kids, timeout_s=10, what="two children")
+    # both children exec'd (a child between fork and exec shows no environment: the stop's rescan is tested apart)
+    children = wait_for(lambda: len(kids := _children(leader.pid)) == 2 and all(_execd_sleep(k, run) for k in kids) and kids,
+                        timeout_s=10, what="two children running sleep")
     result = stop(client, run)
     assert sorted(k.pid for k in result.killed) == sorted([leader.pid, *children])
     assert all(k.gone for k in result.killed) and result.remaining == []
+    leader.wait(10)
+
+
+def test_stop_rescans_for_a_process_the_first_scan_could_not_read(processes, monkeypatch) -> None:
+    """A worker between fork and exec shows no environment to the first scan: the scan after SIGTERM finds it.
+
+    Real processes, in the test's own process (no agent): the first scan is made to miss one of the group."""
+    from agent import reaper
+
+    run = run_id()
+    leader = start(["bash", "-c", "sleep 300 & sleep 300 & wait"], run)
+    processes.append(leader)
+    children = wait_for(lambda: len(kids := _children(leader.pid)) == 2 and all(_execd_sleep(k, run) for k in kids) and kids,
+                        timeout_s=10, what="two children running sleep")
+    real, scans = reaper.find_run_processes, []
+
+    def first_misses_one(run_id: str, *, node: str | None = None) -> list[int]:
+        found = real(run_id, node=node)
+        scans.append(found)
+        return [pid for pid in found if pid != children[1]] if len(scans) == 1 else found
+
+    monkeypatch.setattr(reaper, "find_run_processes", first_misses_one)
+    result = reaper.stop_run(run, node=NODE, grace_s=5)
+    assert len(scans) >= 2
+    assert sorted(k.pid for k in result.killed) == sorted([leader.pid, *children])
+    assert all(k.gone for k in result.killed) and result.remaining == [], result
     leader.wait(10)
 
 
@@ -134,6 +162,14 @@ def _children(pid: int) -> list[int]:
             return [int(child) for child in handle.read().split()]
     except OSError:
         return []
+
+
+def _execd_sleep(pid: int, run: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm") as handle:
+            return handle.read().strip() == "sleep" and environ_has(pid, f"FTWIZ_RUN_ID={run}".encode())
+    except OSError:
+        return False
 
 
 def _ignores_sigterm(pid: int) -> bool:
