@@ -9,8 +9,11 @@ last 14 steps (after step 26, both long adapted). ``auto`` must be at least 1.15
 by noise alone) within 3 % of ``off``'s (the same samples per step, the same mathematics).
 
 Why it holds on a busy host: node1 is held to 0.1 core whatever the load, and ``off`` moves at its pace; node0
-needs only 0.13 core for ``auto`` to be 1.15x faster (the ratio is (speed0/speed1 + 1) / 2). A quarter core, as
-the bench uses, was not enough: with other suites on the 2 cores node0 itself got about that much.
+needs only 0.13 core for ``auto`` to be 1.15x faster (the ratio is (speed0/speed1 + 1) / 2), and from the same
+moment its rank is in a cgroup of a hundred times the default CPU weight, so the tests beside it cannot take its
+core. A quarter core, as the bench uses, was not enough for node1's pace: with other suites on the 2 cores node0
+itself got about that much; and without the weight, three pytest workers and one more process once left node0
+less than the 0.13 core.
 
 Under FSDP (every forward and backward all-gathers the parameters, so every rank waits for the slowest) the same
 hold after the first progress line: the drift check, on each rank's own forward compute (the all-gathers' waits
@@ -35,6 +38,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("balance_cluster")]  # o
 
 STEPS, MEASURED_AFTER = 40, 26
 SLOW_CORES = 0.1
+FAST_WEIGHT = 10_000
+"""node0's rank's CPU weight while node1 is held (the default is 100): a busy host cannot take node0's core."""
 FSDP_STEPS = 30
 """Drift checks at steps 4, 14 and 24 (the first step, then 3, then every 10): a hold from step 14 at the latest
 leaves one check whose whole window is held."""
@@ -58,12 +63,14 @@ def _run(cluster, assets: dict[str, Path], tmp_path: Path, balance: str, *, shar
     run = make_run(config, tmp_path / f"{sharding}-{balance}")
     watched = RunThread(run).start()
     held_at = None
-    with CpuCgroup(SLOW_CORES) as slow:
+    with CpuCgroup(SLOW_CORES) as slow, CpuCgroup(None, weight=FAST_WEIGHT) as fast:
         if hold:
             assert wait_until(lambda: (run.progress.snapshot.step or 0) >= 2 or watched.finished_at, 600), watched.notes()
             held_at = run.progress.snapshot.step or 0
             for pid in rank_pids(run.run_id, 1):  # the rank and any process it started
                 slow.add(pid)
+            for pid in rank_pids(run.run_id, 0):
+                fast.add(pid)
         result = watched.join(1800)
     assert result.status == "succeeded", (balance, watched.notes()[-5:])
     record = json.loads(run.record.path.read_text())
