@@ -122,12 +122,13 @@ _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torc
                "`--backend gloo` for a script that takes it, or init_process_group(\"nccl\" if torch.cuda.is_available() else \"gloo\") "
                "— or run that node's ranks on CPU with `[[nodes]] cpu_ranks = N`")
 
-#: A training loss or grad norm as logs name it: ``loss``, ``'grad_norm'``, ``grad norm``, ``total_loss``, ``lm loss``
+#: A training loss or grad norm as logs name it: ``loss``, ``'grad_norm'``, ``grad norm``, ``total_loss``, ``lm loss``,
+#: kohya's progress-bar ``avr_loss=`` (kohya-ss/musubi-tuner#26)
 #: (an ``eval_loss``, a ``val_loss`` or a ``loss_cls`` component is not: no word boundary before or after ``loss``;
 #: nor is an evaluation loss spelt with a space, ``Val loss nan``, ``valid loss``, ``eval loss``, ``test loss``: an
 #: empty or label-less evaluation set gives nan there while training is fine, instructlab/taxonomy#785).
 _TRAINING = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
-             r"\b(?:(?:total|train|training|lm|avg|average|mean|step)_)?")
+             r"\b(?:(?:total|train|training|lm|avg|avr|average|mean|step)_)?")
 _TRAINING_LOSS = _TRAINING + r"loss\b"
 _GRAD_NORM = r"\bgrad[ _]norm\b"
 _LOGGED_LOSS = _TRAINING + r"(?:loss|grad[ _]norm)\b"

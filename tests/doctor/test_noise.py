@@ -314,3 +314,6 @@ def test_round_twelve_families_speak_and_their_neighbours_do_not(tmp_path):
     # a model's remote code older than transformers' gradient-checkpointing call
     assert _first(tmp_path, ["TypeError: QWenPreTrainedModel._set_gradient_checkpointing() got an unexpected keyword "
                              "argument 'enable'"]) == "version.skew"
+    # kohya's progress bar carries the running loss as 'avr_loss='
+    assert _first(tmp_path, ["steps: 100%|████| 3300/3300 [2:41:46<00:00,  2.94s/it, avr_loss=0.11]",
+                             "steps: 100%|████| 3300/3300 [2:41:46<00:00,  2.94s/it, avr_loss=nan]"]) == "loss.nan"
