@@ -106,7 +106,7 @@ class Balancer:
         if self.fsdp:
             self._clock = self._clock or ForwardClock(self.model)
             self._clock.synchronize = cuda
-        medians: list[float] = []
+        least: list[float] = []
         for first, size in ((True, len(indices)), (False, 1)):  # both on every rank, even at a cap of one: the same passes
             batch = self._to_device(self.collate([self.dataset[i] for i in indices[:size]]))
             times = []
@@ -123,13 +123,15 @@ class Balancer:
                     # FSDP: every forward waits for the slowest peer's all-gathers, so the wall time would give every rank
                     # the slowest one's speed (a uniform split, whatever the cards): its forward compute alone instead
                     times.append(self._clock.take() if self._clock is not None else time.perf_counter() - began)
-            medians.append(sorted(times)[len(times) // 2])  # one pass slowed by a neighbour's burst does not count
+            # the least: a neighbour's burst only adds time to a pass of the same work, and the median of three still
+            # took a burst that hit two of them (a loaded 2-core host gave a rank of a second's fixed cost 1 sample of 16)
+            least.append(min(times))
         if self._clock is not None:
             self._clock.synchronize = False
         self.model.zero_grad(set_to_none=True)
         if self._timer is not None:
             self._timer.take_step()  # nothing of the calibration counts as the first step's sync
-        speed, fixed = fit_costs(len(indices), medians[0], medians[1])
+        speed, fixed = fit_costs(len(indices), least[0], least[1])
         how = "forward passes, the all-gathers' waits left out" if self.fsdp else "forward+backward"
         self._plan(self._gather(speed), self._gather(fixed), reason=f"calibrated on each rank's own {how}")
 
