@@ -442,22 +442,21 @@ SIGNATURES: tuple[Signature, ...] = (
          "agent/workloads/data.py (ftwiz's own dataset errors); a model's own .json files (config.json, "
          "tokenizer.json, model.safetensors.index.json) are no dataset"),
     # the datasets library given no example at all (a filter, a column mapping or a template left nothing), and a data
-    # file or directory that is not there (the name's last part says data: 'dataset2', 'traindata_….pt'; not metadata: a
-    # package's dist-info METADATA, a checkpoint's .metadata)
+    # file or directory that is not there: the name's last part says data ('dataset2', 'traindata_….pt'; not metadata: a
+    # package's dist-info METADATA, a checkpoint's .metadata), or it lies under a dataset folder
+    # ('/notebooks/proj/dataset/train_p=-2') and is no model's own file
     _sig("data.invalid", r"SchemaInferenceError|"
-         r"(?:FileNotFoundError|No such file or directory)\b.*['\"](?:[^'\"]*[/\\])?[^'\"/\\]*(?<!meta)data[^'\"/\\]*['\"]", 8,
+         r"(?:FileNotFoundError|No such file or directory)\b.*['\"](?:[^'\"]*[/\\])?[^'\"/\\]*(?<!meta)data[^'\"/\\]*['\"]|"
+         r"(?:FileNotFoundError|No such file or directory)\b.*['\"][^'\"]*[/\\]datasets?[/\\][^'\"]*"
+         r"(?<!\.safetensors)(?<!\.bin)(?<!config\.json)(?<!tokenizer\.json)['\"]", 8,
          "modelscope/ms-swift#1918, huggingface/trl#917 (SchemaInferenceError); YubiaoYue/MedMamba#4, "
-         "deepspeedai/DeepSpeedExamples#558 (a data path not found)"),
+         "deepspeedai/DeepSpeedExamples#558, junyuchen-cjy/DTTNet-Pytorch#2 (a data path not found)"),
     # an empty dataset reaching the sampler (a data folder in the wrong place, a filter that left nothing), a recipe's
     # own 'no valid sample' error, and a column the data file does not have (the datasets library's and AutoNLP's words)
     _sig("data.invalid", r"num_samples should be a positive integer(?:al)? value, but got num_samples=0|"
          r"Cannot find valid samples|Columns? '[^']+' (?:could not be found in the provided file|not in the dataset)", 8,
          "dulucas/siMLPe#2, jongchyisu/mvcnn_pytorch#16, bmaltais/kohya_ss#2660 (num_samples=0); hiyouga/LlamaFactory#2577; "
          "huggingface/autotrain-advanced#101"),
-    # a missing path under a dataset folder ('/notebooks/proj/dataset/train_p=-2'), unless it names a model's own file
-    _sig("data.invalid", r"(?:FileNotFoundError|No such file or directory)\b.*['\"][^'\"]*[/\\]datasets?[/\\][^'\"]*"
-         r"(?<!\.safetensors)(?<!\.bin)(?<!config\.json)(?<!tokenizer\.json)['\"]", 8,
-         "junyuchen-cjy/DTTNet-Pytorch#2"),
     # Arrow/JSON parse errors from the datasets loader
     _sig("data.invalid", r"ArrowInvalid|JSON parse error|Failed to (?:load|read) (?:JSON from )?file .* with error|ArrowTypeError|"
          r"Couldn't cast array", 8,

@@ -78,9 +78,7 @@ def test_stop_reaches_the_whole_process_group(client: httpx.Client, processes) -
     run = run_id()
     leader = start(["bash", "-c", "sleep 300 & sleep 300 & wait"], run)
     processes.append(leader)
-    # both children exec'd (a child between fork and exec shows no environment: the stop's rescan is tested apart)
-    children = wait_for(lambda: len(kids := _children(leader.pid)) == 2 and all(_execd_sleep(k, run) for k in kids) and kids,
-                        timeout_s=10, what="two children running sleep")
+    children = _two_sleeping_children(leader, run)
     result = stop(client, run)
     assert sorted(k.pid for k in result.killed) == sorted([leader.pid, *children])
     assert all(k.gone for k in result.killed) and result.remaining == []
@@ -96,8 +94,7 @@ def test_stop_rescans_for_a_process_the_first_scan_could_not_read(processes, mon
     run = run_id()
     leader = start(["bash", "-c", "sleep 300 & sleep 300 & wait"], run)
     processes.append(leader)
-    children = wait_for(lambda: len(kids := _children(leader.pid)) == 2 and all(_execd_sleep(k, run) for k in kids) and kids,
-                        timeout_s=10, what="two children running sleep")
+    children = _two_sleeping_children(leader, run)
     real, scans = reaper.find_run_processes, []
 
     def first_misses_one(run_id: str, *, node: str | None = None) -> list[int]:
@@ -162,6 +159,13 @@ def _children(pid: int) -> list[int]:
             return [int(child) for child in handle.read().split()]
     except OSError:
         return []
+
+
+def _two_sleeping_children(leader: subprocess.Popen, run: str) -> list[int]:
+    """The leader's two children once both have exec'd sleep (a child between fork and exec shows no environment:
+    the stop's rescan for one is tested apart)."""
+    return wait_for(lambda: len(kids := _children(leader.pid)) == 2 and all(_execd_sleep(k, run) for k in kids) and kids,
+                    timeout_s=10, what="two children running sleep")
 
 
 def _execd_sleep(pid: int, run: str) -> bool:
