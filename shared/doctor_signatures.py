@@ -178,6 +178,9 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- Slurm ended the job (slurmstepd's words, and ftwiz's runs/<id>/_slurm.log: JobState=...)
     _sig("slurm.time_limit", r"DUE TO TIME LIMIT|JobState=(?:TIMEOUT|DEADLINE)\b", 10,
          "https://github.com/ZettaAI/zetta_utils/issues/671"),
+    # submitit's words for a task Slurm timed out and submitit could not requeue (it names no JobState)
+    _sig("slurm.time_limit", r"UncompletedJobError: Job not requeued because: timed-out", 9,
+         "facebookincubator/submitit#1775"),
     _sig("slurm.node_fail", r"DUE TO NODE FAILURE|JobState=(?:NODE_FAIL|BOOT_FAIL)\b", 10,
          "https://github.com/aiidateam/aiida-core/pull/5866"),
     _sig("slurm.node_fail", r"error: Node failure on \S+", 9, "https://github.com/nebius/soperator/issues/854"),
@@ -387,9 +390,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("loss.nan", r"Loss is NaN|nan loss(?!es)|"
          r"detected (?:a )?(?:nan|inf)|found NaN|non-finite loss|\"loss\":\s*NaN|Loss became infinite or NaN|"
          r"loss is not finite|returned nan values in its \d+th output|TerminateOnNan: Output .*\bnan\b|"
-         r"contains NaN or Inf\. Stop training|grad_scale is too small|the gradient scale is too small", 8,
+         r"contains NaN or Inf\. Stop training|grad_scale is too small|the gradient scale is too small|"
+         r"iterations in a row due to overflow", 8,
          "hpcaitech/ColossalAI#3439; pytorch/ignite#2569 (ignite's TerminateOnNan handler); k2-fsa/icefall#2069 (its fp16 "
-         "scale collapsed)"),
+         "scale collapsed); EleutherAI/gpt-neox#482 (its overflow monitor: 'Skipped 50 iterations in a row due to Overflow')"),
     # (tensorboardX's 'NaN or Inf found in input tensor' is no evidence: it names no scalar, and the tuning set has it
     # only in runs that worked — beside a finite loss at every logging step, lm-sys/FastChat#2378,
     # NVlabs/Deep_Object_Pose#368 and #403; a one-element tensor's std, allenai/allennlp#3116; fp16 warm-up,
@@ -454,9 +458,19 @@ SIGNATURES: tuple[Signature, ...] = (
     # an empty dataset reaching the sampler (a data folder in the wrong place, a filter that left nothing), a recipe's
     # own 'no valid sample' error, and a column the data file does not have (the datasets library's and AutoNLP's words)
     _sig("data.invalid", r"num_samples should be a positive integer(?:al)? value, but got num_samples=0|"
-         r"Cannot find valid samples|Columns? '[^']+' (?:could not be found in the provided file|not in the dataset)", 8,
+         r"Cannot find valid samples|Columns? '[^']+' (?:could not be found in the provided file|not in the dataset)|"
+         r"_column' value '[^']*' needs to be one of", 8,
          "dulucas/siMLPe#2, jongchyisu/mvcnn_pytorch#16, bmaltais/kohya_ss#2660 (num_samples=0); hiyouga/LlamaFactory#2577; "
-         "huggingface/autotrain-advanced#101"),
+         "huggingface/autotrain-advanced#101; modelscope/facechain#218 (diffusers' training scripts: '--caption_column' "
+         "value 'text' needs to be one of: image')"),
+    # a dataset's file that is not there or a record that lacks a key, raised in a DataLoader worker (the Dataset's
+    # __getitem__ reading a sample), a text file in another encoding, and a data file a recipe could not find in its
+    # own words
+    _sig("data.invalid", r"Caught (?:FileNotFoundError|KeyError|UnicodeDecodeError|JSONDecodeError|UnidentifiedImageError|EOFError) "
+         r"in DataLoader worker process|UnicodeDecodeError: '[\w-]+' codec can't decode|"
+         r"\bFile ['\"]?[^'\"\s]*\.(?:jsonl?|csv|parquet|arrow|tsv)['\"]? (?:not found|does not exist)", 8,
+         "open-mmlab/mmcv#2894, tianzhi0549/FCOS#363, JusperLee/Conv-TasNet#63 (DataLoader workers); hiyouga/LlamaFactory#6191; "
+         "ml5js/training-charRNN#5 (a text file in another encoding)"),
     # Arrow/JSON parse errors from the datasets loader
     _sig("data.invalid", r"ArrowInvalid|JSON parse error|Failed to (?:load|read) (?:JSON from )?file .* with error|ArrowTypeError|"
          r"Couldn't cast array", 8,

@@ -317,3 +317,23 @@ def test_round_twelve_families_speak_and_their_neighbours_do_not(tmp_path):
     # kohya's progress bar carries the running loss as 'avr_loss='
     assert _first(tmp_path, ["steps: 100%|████| 3300/3300 [2:41:46<00:00,  2.94s/it, avr_loss=0.11]",
                              "steps: 100%|████| 3300/3300 [2:41:46<00:00,  2.94s/it, avr_loss=nan]"]) == "loss.nan"
+
+
+def test_round_thirteen_families_speak_and_their_neighbours_do_not(tmp_path):
+    """Families from corpus_p.jsonl (tuning side), each beside a line that must not trigger it."""
+    # a sample that cannot be read, raised in a DataLoader worker; a data file a recipe names as missing
+    assert _first(tmp_path, ["FileNotFoundError: Caught FileNotFoundError in DataLoader worker process 0."]) == "data.invalid"
+    assert _first(tmp_path, ["KeyError: Caught KeyError in DataLoader worker process 3."]) == "data.invalid"
+    assert _first(tmp_path, ["ValueError: File data/mllm_demo.json not found."]) == "data.invalid"
+    assert _first(tmp_path, ["UnicodeDecodeError: 'utf-8' codec can't decode byte 0x92 in position 7047: invalid start byte"]) == "data.invalid"
+    assert _first(tmp_path, ["ValueError: --caption_column' value 'text' needs to be one of: image"]) == "data.invalid"
+    # a programming error's line with no traceback is the code's; a call written for another version is not said to be
+    assert _first(tmp_path, ["NameError: name 'math' is not defined"]) == "code.error"
+    assert _first(tmp_path, ["[rank0]: AssertionError: Sequence len must be multiple of mini batch size."]) == "code.error"
+    assert _first(tmp_path, ["RuntimeError: The size of tensor a (11) must match the size of tensor b (10) at non-singleton dimension 0"]) == "code.error"
+    assert _first(tmp_path, ["TypeError: __init__() got an unexpected keyword argument 'forward_prefetch'"]) == "unknown"
+    assert _first(tmp_path, ["ValueError: Attempting to unscale FP16 gradients."]) == "unknown"
+    # gpt-neox's overflow monitor ends the run; submitit's task timed out without a requeue
+    assert _first(tmp_path, ["Exception: Skipped 50 iterations in a row due to Overflow - Exiting training."]) == "loss.nan"
+    assert _first(tmp_path, ["submitit.core.utils.UncompletedJobError: Job not requeued because: timed-out and not "
+                             "checkpointable."]) == "slurm.time_limit"

@@ -31,6 +31,14 @@ _MAX_EVIDENCE = 4
 #: An exception line (``ValueError: ...``, ``torch.AcceleratorError``) or an ``error:`` line.
 _ERROR_LOOKING = re.compile(r"(?:^\s*|[\s\]>|]|^\W*)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure)\b(?::|\s*$)|"
                             r"\berror\b:|^\s*(?:fatal|FATAL)\b")
+#: A programming error's exception line, printed without its traceback (an excerpt, a launcher that kept only the last
+#: line): the exception is in the running code, ``code.error``, though no frame names the file. Not a ``TypeError`` that
+#: a call's arguments raise (``unexpected keyword argument``, ``takes 3 positional arguments but 4 were given``): that is a
+#: caller written for another version of the callee as often as a bug.
+_PROGRAMMING_ERROR = re.compile(r"(?:^|[\s\]>:])(?:NameError|UnboundLocalError|AttributeError|IndexError|KeyError|AssertionError|"
+                                r"ZeroDivisionError|RecursionError|TypeError(?!.*(?:unexpected keyword argument|positional arguments? but))|"
+                                r"RuntimeError: (?:The size of tensor a \(\d+\) must match|mat1 and mat2 shapes cannot be multiplied|"
+                                r"shape '\[[^\]]*\]' is invalid for input of size))\b")
 #: The launcher's own summary of a worker's failure (torchrun, the elastic agent): never "the first error".
 _LAUNCHER = re.compile(r"ChildFailedError|torch/distributed/elastic|failed \(exitcode|^\s*(?:exitcode|error_file|traceback)\s*:|"
                        r"Root Cause|^Failures:|SignalException|Sending process \d+ closing signal|KeyboardInterrupt")
@@ -187,6 +195,10 @@ def _unknown(lines: Sequence[ReadLine], record: Mapping[str, Any] | None) -> Dia
             first = next(line for line in mine if line.node == node and line.rank == rank)
         where = f" on {node or '?'}/rank {rank}" if rank is not None else f" on {node}" if node else ""
         text = first.text.strip()[:400]
+        if _PROGRAMMING_ERROR.search(first.text):
+            return Diagnosis("code.error", node, rank, [Evidence(first.file, first.line, text)],
+                             f"{CAUSES['code.error']}{where}: {text} (no traceback in the log: the rank's full output names "
+                             "the file and line)", FIXES["code.error"], time=first.time, detail=text)
         return Diagnosis("unknown", node, rank, [Evidence(first.file, first.line, text)],
                          f"no known signature; the first error{where}: {text}", FIXES["unknown"], time=first.time)
     said = [line for line in lines if line.node == node and (rank is None or line.rank in (rank, None)) and line.text.strip()]
