@@ -423,6 +423,11 @@ SIGNATURES: tuple[Signature, ...] = (
          "skycrapers/TecoGAN-PyTorch#31, XPixelGroup/BasicSR#626, lmy98129/VLPD#6, FudanNLP/CPT#65",
          fix="the launcher passes --local-rank=N (torch >= 2.0) but the script's argparse does not take it: accept both "
          "(parser.add_argument(\"--local-rank\", \"--local_rank\", type=int)) or read LOCAL_RANK from the environment"),
+    # any other argparse refusal of the command line the script was started with (a value missing after a flag, a
+    # required argument not given, an argument it does not take)
+    _sig("code.error", r"\S\.py: error: (?:argument \S+: |the following arguments are required|unrecognized arguments)", 8,
+         "ymcui/Chinese-LLaMA-Alpaca-3#42 ('argument --seed: expected one argument'); docs.python.org/3/library/argparse.html",
+         fix="the command line does not fit the script's arguments (the error names the one): fix the job's command or args"),
     # a single-GPU library (unsloth) started with several GPUs visible: it refuses the setup itself
     _sig("code.error", r"does not support multi GPU setups|Multiple CUDA devices detected but we require a single device", 8,
          "unslothai/unsloth#1142",

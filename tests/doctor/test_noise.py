@@ -333,6 +333,9 @@ def test_round_thirteen_families_speak_and_their_neighbours_do_not(tmp_path):
     assert _first(tmp_path, ["RuntimeError: The size of tensor a (11) must match the size of tensor b (10) at non-singleton dimension 0"]) == "code.error"
     assert _first(tmp_path, ["TypeError: __init__() got an unexpected keyword argument 'forward_prefetch'"]) == "unknown"
     assert _first(tmp_path, ["ValueError: Attempting to unscale FP16 gradients."]) == "unknown"
+    # argparse refusing the command line
+    assert _first(tmp_path, ["usage: run_clm_sft_with_peft.py [-h] [--seed SEED]",
+                             "run_clm_sft_with_peft.py: error: argument --seed: expected one argument"]) == "code.error"
     # gpt-neox's overflow monitor ends the run; submitit's task timed out without a requeue
     assert _first(tmp_path, ["Exception: Skipped 50 iterations in a row due to Overflow - Exiting training."]) == "loss.nan"
     assert _first(tmp_path, ["submitit.core.utils.UncompletedJobError: Job not requeued because: timed-out and not "
