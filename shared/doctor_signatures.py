@@ -276,6 +276,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"mapping of buffer object failed|cudaErrorMapBufferObjectFailed|MNNVL .*not working|IMEX channel", 8,
          "ggml-org/llama.cpp#21883, tensorflow/tensorflow#30887 (too many peers); tinygrad/open-gpu-kernel-modules#29, "
          "aikitoria/open-gpu-kernel-modules#38 (error 205); NVIDIA/nccl#1925 (MNNVL without IMEX)"),
+    # RCCL warning that the IOMMU is not in passthrough mode, which AMD's multi-GPU guide asks for (without it P2P between
+    # the cards hangs or fails). (NCCL's INFO trace of an error code coming up from the IB transport, 'transport/net_ib.cc:282
+    # -> 2', stays unread with every INFO line: NVIDIA/nccl#1332 shows only that.)
+    _sig("p2p.topology", r"NCCL WARN Missing \"iommu=pt\"", 7, "ROCm/vllm#390, ROCm/rccl#1026 (iommu=pt missing)"),
     # consumer GPUs refusing P2P/IB: accelerate's check names the variables to set
     _sig("p2p.topology", r"doesn't support faster communication broadband via P2P or IB|Please set `?NCCL_P2P_DISABLE", 9,
          "tabularis-ai/be_great#54"),

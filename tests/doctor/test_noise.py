@@ -333,6 +333,10 @@ def test_round_thirteen_families_speak_and_their_neighbours_do_not(tmp_path):
     assert _first(tmp_path, ["RuntimeError: The size of tensor a (11) must match the size of tensor b (10) at non-singleton dimension 0"]) == "code.error"
     assert _first(tmp_path, ["TypeError: __init__() got an unexpected keyword argument 'forward_prefetch'"]) == "unknown"
     assert _first(tmp_path, ["ValueError: Attempting to unscale FP16 gradients."]) == "unknown"
+    # RCCL's IOMMU warning; a plain transport INFO line is nothing
+    assert _first(tmp_path, ['host:402:402 [0] /src/rccl/hipify/src/init.cc:179 NCCL WARN Missing "iommu=pt" from kernel '
+                             'command line which can lead to system instablity or hang!']) == "p2p.topology"
+    assert _first(tmp_path, ["host:461:461 [1] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:10.0.0.2<0>"]) is None
     # argparse refusing the command line
     assert _first(tmp_path, ["usage: run_clm_sft_with_peft.py [-h] [--seed SEED]",
                              "run_clm_sft_with_peft.py: error: argument --seed: expected one argument"]) == "code.error"
