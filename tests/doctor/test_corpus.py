@@ -55,8 +55,11 @@ def scored():
 #: wrong (2.0 %), 0 of 166 healthy (README, round 12). Then corpus_o (38 tuning-side excerpts) and one rule: held out
 #: read once after it, unchanged. Round 13: corpus_p (144 tuning-side excerpts) and its rules (tuning 444/487); held
 #: out read once after them: 170/201 = 84.6 %, 5 wrong (2.5 %), 0 of 166 healthy; then corpus_q (54) and one rule,
-#: held out read once after it: unchanged. The bounds stay.
-HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.84, 0.03, 0
+#: held out read once after it: unchanged. Then one more rule from two tuning cases (RCCL's "Missing iommu=pt" warning
+#: is p2p.topology): held out read once after it, the third read of round 13: 171/201 = 85.1 %, 5 wrong (2.5 %), 0 of
+#: 166 healthy; corpus_l alone 30/37. No rule was written, changed or reverted after a held-out read in round 13. The
+#: accuracy bound is the issue's 0.85 again; one held-out case above it.
+HELD_OUT_ACCURACY, HELD_OUT_WRONG, HEALTHY_ALARMS = 0.85, 0.03, 0
 
 
 @pytest.mark.merged_corpus
