@@ -320,7 +320,8 @@ def test_round_twelve_families_speak_and_their_neighbours_do_not(tmp_path):
 
 
 def test_round_thirteen_families_speak_and_their_neighbours_do_not(tmp_path):
-    """Families from corpus_p.jsonl (tuning side), each beside a line that must not trigger it."""
+    """Families from corpus_p.jsonl and corpus_q.jsonl (tuning side) and RCCL's IOMMU warning (corpus_d's and corpus_n's
+    ROCm threads), each beside a line that must not trigger it."""
     # a sample that cannot be read, raised in a DataLoader worker; a data file a recipe names as missing
     assert _first(tmp_path, ["FileNotFoundError: Caught FileNotFoundError in DataLoader worker process 0."]) == "data.invalid"
     assert _first(tmp_path, ["KeyError: Caught KeyError in DataLoader worker process 3."]) == "data.invalid"

@@ -69,7 +69,7 @@ def rank_findings(
             fix = None
         diag.fix = fix or diag.fix
     if not diagnoses and (_failed(record) or _failure_lines(lines) or _error_lines(lines)):
-        diagnoses.append(_unknown(lines, record))
+        diagnoses.append(_without_signature(lines, record))
     return diagnoses
 
 
@@ -180,8 +180,10 @@ def _error_lines(lines: Sequence[ReadLine]) -> list[ReadLine]:
             and not is_normal(line.text) and line.order not in ignored and not is_cancellation(line.text)]
 
 
-def _unknown(lines: Sequence[ReadLine], record: Mapping[str, Any] | None) -> Diagnosis:
-    """``unknown``, with the earliest error-looking line of the first failing rank as its evidence and explanation."""
+def _without_signature(lines: Sequence[ReadLine], record: Mapping[str, Any] | None) -> Diagnosis:
+    """The diagnosis of a failure no signature named: ``unknown``, with the earliest error-looking line of the first
+    failing rank as its evidence and explanation, or ``code.error`` when that line is a programming error's exception
+    printed without its traceback."""
     failed = (record or {}).get("failed") or {}
     node, rank = failed.get("node"), failed.get("rank")
     errors = sorted(_error_lines(lines), key=lambda line: (_time_key(line.time), line.order))
