@@ -127,6 +127,10 @@ _NO_GPU_FIX = ("the script asks for NCCL where this node has no GPU (or its torc
 #: (an ``eval_loss``, a ``val_loss`` or a ``loss_cls`` component is not: no word boundary before or after ``loss``;
 #: nor is an evaluation loss spelt with a space, ``Val loss nan``, ``valid loss``, ``eval loss``, ``test loss``: an
 #: empty or label-less evaluation set gives nan there while training is fine, instructlab/taxonomy#785).
+#: A data file's name ends so: a table or JSON Lines file, or a ``.json`` that is none of a model's own files
+#: (``config.json``, ``tokenizer.json``, ``model.safetensors.index.json``).
+_DATA_FILE = (r"(?:\.(?:jsonl|csv|parquet|arrow|tsv)\b|"
+              r"(?<!config)(?<!tokenizer)(?<!special_tokens_map)(?<!vocab)(?<!added_tokens)(?<!\.index)\.json\b)")
 _TRAINING = (r"(?<!val )(?<!dev )(?<!eval )(?<!test )(?<!valid )(?<!validation )(?<!evaluation )"
              r"\b(?:(?:total|train|training|lm|avg|avr|average|mean|step)_)?")
 _TRAINING_LOSS = _TRAINING + r"loss\b"
@@ -450,8 +454,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("data.invalid", r"ftwiz: error \(rank \d+\): (?:dataset |[^ ]*\.jsonl? line|record at line)|"
          r"dataset \S+ (?:not found|is a directory|has no records)|\.jsonl? line \d+: not valid JSON|"
          r"DatasetGenerationError|datasets\.exceptions|JSONDecodeError|"
-         r"(?:FileNotFoundError|No such file or directory).*(?:\.(?:jsonl|csv|parquet|arrow|tsv)\b|"
-         r"(?<!config)(?<!tokenizer)(?<!special_tokens_map)(?<!vocab)(?<!added_tokens)(?<!\.index)\.json\b)", 8,
+         r"(?:FileNotFoundError|No such file or directory).*" + _DATA_FILE, 8,
          "agent/workloads/data.py (ftwiz's own dataset errors); a model's own .json files (config.json, "
          "tokenizer.json, model.safetensors.index.json) are no dataset"),
     # the datasets library given no example at all (a filter, a column mapping or a template left nothing), and a data
@@ -475,9 +478,9 @@ SIGNATURES: tuple[Signature, ...] = (
     # a dataset's file that is not there or a record that lacks a key, raised in a DataLoader worker (the Dataset's
     # __getitem__ reading a sample), a text file in another encoding, and a data file a recipe could not find in its
     # own words
-    _sig("data.invalid", r"Caught (?:FileNotFoundError|KeyError|UnicodeDecodeError|JSONDecodeError|UnidentifiedImageError|EOFError) "
+    _sig("data.invalid", r"Caught (?:FileNotFoundError|KeyError|UnicodeDecodeError|UnidentifiedImageError|EOFError) "
          r"in DataLoader worker process|UnicodeDecodeError: '[\w-]+' codec can't decode|"
-         r"\bFile ['\"]?[^'\"\s]*\.(?:jsonl?|csv|parquet|arrow|tsv)['\"]? (?:not found|does not exist)", 8,
+         r"\bFile ['\"]?[^'\"\s]*" + _DATA_FILE + r"['\"]? (?:not found|does not exist)", 8,
          "open-mmlab/mmcv#2894, tianzhi0549/FCOS#363, JusperLee/Conv-TasNet#63 (DataLoader workers); hiyouga/LlamaFactory#6191; "
          "ml5js/training-charRNN#5 (a text file in another encoding)"),
     # Arrow/JSON parse errors from the datasets loader

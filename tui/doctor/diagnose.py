@@ -34,10 +34,10 @@ _ERROR_LOOKING = re.compile(r"(?:^\s*|[\s\]>|]|^\W*)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(
 #: A programming error's exception line, printed without its traceback (an excerpt, a launcher that kept only the last
 #: line): the exception is in the running code, ``code.error``, though no frame names the file. Not a ``TypeError`` that
 #: a call's arguments raise (``unexpected keyword argument``, ``takes 3 positional arguments but 4 were given``): that is a
-#: caller written for another version of the callee as often as a bug.
+#: caller written for another version of the callee as often as a bug. (A matrix-shape mismatch has a signature of its own.)
 _PROGRAMMING_ERROR = re.compile(r"(?:^|[\s\]>:])(?:NameError|UnboundLocalError|AttributeError|IndexError|KeyError|AssertionError|"
                                 r"ZeroDivisionError|RecursionError|TypeError(?!.*(?:unexpected keyword argument|positional arguments? but))|"
-                                r"RuntimeError: (?:The size of tensor a \(\d+\) must match|mat1 and mat2 shapes cannot be multiplied|"
+                                r"RuntimeError: (?:The size of tensor a \(\d+\) must match|"
                                 r"shape '\[[^\]]*\]' is invalid for input of size))\b")
 #: The launcher's own summary of a worker's failure (torchrun, the elastic agent): never "the first error".
 _LAUNCHER = re.compile(r"ChildFailedError|torch/distributed/elastic|failed \(exitcode|^\s*(?:exitcode|error_file|traceback)\s*:|"
