@@ -187,15 +187,28 @@ def step_slices(shares: Sequence[RankShare], rank: int) -> list[tuple[int, int]]
     return out
 
 
+UNRESOLVED_SAMPLE = 0.01
+"""The per-sample time :func:`fit_costs` takes, as a fraction of the larger pass per sample, when the two passes'
+times cannot tell a sample's cost from their noise (one sample as slow as the whole micro-batch)."""
+
+
 def fit_costs(micro: int, micro_pass_s: float, one_pass_s: float) -> tuple[float, float]:
     """``(samples/s, seconds per micro-step whatever its size)`` from a pass of ``micro`` samples and one of one.
 
-    A pass costs ``fixed + samples / speed``: two sizes give both. When the two times say nothing (one sample took as
-    long as ``micro``: noise, or ``micro`` is 1) the speed is the plain ``micro / micro_pass_s`` and the fixed cost 0.
+    A pass costs ``fixed + samples / speed``: two sizes give both. When one sample took as long as ``micro`` (or
+    longer), the samples cost less than the passes' noise: the pass is a fixed cost, and more samples do not lengthen
+    it. A per-sample time of zero would promise a rank any number of samples for free, so it is taken as
+    :data:`UNRESOLVED_SAMPLE` of the pass per sample, the rest fixed. (Reading such a rank as all per-sample, as before,
+    gave a rank with a second's fixed cost 1 sample of 16, for a step no shorter.) When ``micro`` is 1 the two sizes
+    are one: the speed is the plain ``1 / micro_pass_s`` and the fixed cost 0.
     """
-    if micro <= 1 or one_pass_s <= 0 or micro_pass_s <= one_pass_s:
+    if micro <= 1 or one_pass_s <= 0:
         return micro / max(micro_pass_s, 1e-9), 0.0
     per_sample = (micro_pass_s - one_pass_s) / (micro - 1)
+    floor = UNRESOLVED_SAMPLE * micro_pass_s / micro
+    if per_sample < floor:
+        per_sample = floor
+        return 1.0 / per_sample, max(0.0, min(one_pass_s, micro_pass_s) - per_sample)
     return 1.0 / per_sample, max(0.0, one_pass_s - per_sample)
 
 
