@@ -66,13 +66,14 @@ lint: $(STAMP)
 	$(RUFF)
 	$(MYPY)
 
-# Two pytest-xdist workers (PYTEST_WORKERS=0: one process). Three are 11 % faster from a fresh clone, but their load
-# has twice found a race between tests that two had not shown (README "Tests"). Tests that share a fixed
+# Three pytest-xdist workers on the 2 cores (PYTEST_WORKERS=2 for two, 0 for one process): the held-node, stall and
+# shaped-link tests leave a core idle for minutes, which a third worker fills. From a fresh clone on 2026-11-29,
+# CI=true .ci/run took 856 and 883 s on three against 949 s on two (README "Tests"). Tests that share a fixed
 # resource (the Slurm cluster's ports) carry one xdist_group, which --dist loadgroup keeps on one worker.
 # PYTEST_ARGS adds to the command line.
 # ruff first (a second); mypy (about 40 s of one core from a fresh clone) runs beside pytest, whose tests leave a
 # core idle while they wait on a stall window or a held node, and its report follows pytest's; either failing fails.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 MYPY_LOG := $(VENV)/mypy.log
 test: sysdeps $(STAMP)
 	$(RUFF)

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO_ROOT, AgentProcess
 from .test_auth import route_requests
 
@@ -28,6 +30,7 @@ def schemathesis_cli() -> str:
     return str(cli) if cli.exists() else shutil.which("st")
 
 
+@pytest.mark.slow  # over a thousand generated requests: half a minute of CPU
 def test_schemathesis_finds_nothing(agent_dir: Path, tmp_path: Path) -> None:
     training_python = shutil.which("python3") or sys.executable
     agent = AgentProcess(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from textual.theme import BUILTIN_THEMES
 
 from tests.tui.screen_text import screen_text
 from tests.tui.waiting import wait_for
 
 
+@pytest.mark.slow  # 21 themes x 5 steps: half a minute
 async def test_every_builtin_theme_draws_every_step(make_app):
     app = make_app(poll_interval=5)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -215,6 +215,7 @@ class _nothing:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
 def test_unequal_shares_give_the_single_process_gradient(tmp_path: Path, sharding: str):
     import torch
@@ -324,6 +325,7 @@ def _balancer_main(rank: int, world: int, port: int, out: str, job: str, shardin
     os._exit(0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
 def test_calibration_and_drift_see_each_ranks_own_compute(tmp_path: Path, sharding: str):
     """Rank 1 sleeps in each layer's MLP (a slow card): it must get fewer samples; then rank 0 does, and the drift
@@ -346,6 +348,7 @@ def test_calibration_and_drift_see_each_ranks_own_compute(tmp_path: Path, shardi
     assert sum(shares["drifted"]) == 16 and shares["drifted"][1] > shares["drifted"][0], shares
 
 
+@pytest.mark.slow
 def test_a_rank_whose_every_micro_step_costs_more_keeps_its_share(tmp_path: Path):
     """Rank 1 sleeps 0.5 s in each layer's MLP per forward, whatever its samples: a fixed cost per micro-step, which
     fewer samples would not shorten. The calibration's two sizes measure it apart (rank 1's fixed cost about 1 s, its
