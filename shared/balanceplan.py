@@ -204,12 +204,8 @@ def fit_costs(micro: int, micro_pass_s: float, one_pass_s: float) -> tuple[float
     """
     if micro <= 1 or one_pass_s <= 0:
         return micro / max(micro_pass_s, 1e-9), 0.0
-    per_sample = (micro_pass_s - one_pass_s) / (micro - 1)
-    floor = UNRESOLVED_SAMPLE * micro_pass_s / micro
-    if per_sample < floor:
-        per_sample = floor
-        return 1.0 / per_sample, max(0.0, min(one_pass_s, micro_pass_s) - per_sample)
-    return 1.0 / per_sample, max(0.0, one_pass_s - per_sample)
+    per_sample = max((micro_pass_s - one_pass_s) / (micro - 1), UNRESOLVED_SAMPLE * micro_pass_s / micro)
+    return 1.0 / per_sample, max(0.0, min(one_pass_s, micro_pass_s) - per_sample)
 
 
 def speed_of(samples: int, micro_steps: int, busy_s: float, fixed_s: float) -> float:

@@ -34,8 +34,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest work first, so the xdist workers finish together instead of one idling through a long tail.
 
     Tests kept on one worker (an ``xdist_group``: a Slurm cluster's fixed ports, a module fixture that builds a
-    cluster or runs every induced failure once) go first, then the namespace-cluster tests and the ``slow`` ones (torchrun,
-    torch workloads, the fuzzing and drawing sweeps), then the fast ones, which fill the gaps at the end. A stable sort: within each kind, the order is the files' own.
+    cluster or runs every induced failure once) go first, then the namespace-cluster tests and the ``slow`` ones
+    (torchrun, torch workloads, the fuzzing and drawing sweeps), then the fast ones, which fill the gaps at the end.
+    A stable sort: within each kind, the order is the files' own.
     """
 
     def weight(item: pytest.Item) -> int:
